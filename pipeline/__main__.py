@@ -1,0 +1,3 @@
+from pipeline.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""``pipeline.run``: the Python entry point, the same job as ``pipeline run``.
+
+Usable inside an existing Ray driver (after the caller's own ``ray.init``): the caller's Ray is
+used and left running.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from pipeline.config import Config, load_config, to_dict
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a finished run produced: its directory and summary (also ``summary.json``)."""
+
+    output: Path
+    summary: dict[str, Any]
+    config: Config
+
+
+def output_dir(config: Config) -> Path:
+    if config.run.output:
+        return Path(config.run.output).expanduser()
+    return Path("runs") / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = (),
+        console: Console | None = None, show_progress: bool = True,
+        **overrides: Any) -> RunResult:
+    """Run a job. ``sets`` are CLI-style ``KEY=VALUE`` strings (values parsed as YAML);
+    ``overrides`` use dotted keys (``**{"train.epochs": 3}``) or ``train__epochs=3``.
+
+    Raises :class:`~pipeline.config.ConfigError` for a bad config, :class:`~pipeline.train.PlanError`
+    for a plan that would starve preprocessing, and Ray Train's errors for failed training.
+    """
+    from pipeline.train.job import run_job
+    from pipeline.train.session import ray_session
+
+    sets = [*sets, *(f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in overrides.items())]
+    cfg = load_config(config, sets)
+    console = console or Console(stderr=True)
+    out = output_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    with ray_session(cfg.run.address, cfg.run.num_cpus) as session:
+        console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
+                      f"writing {out}")
+        try:
+            summary = run_job(cfg, out, ray_address=session.address, console=console,
+                              show_progress=show_progress)
+        except BaseException as exc:
+            failed = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                      "ray_address": session.address}
+            if not (out / "summary.json").exists():
+                (out / "summary.json").write_text(json.dumps(failed, indent=2))
+            raise
+    return RunResult(output=out, summary=summary, config=cfg)

@@ -1,0 +1,82 @@
+"""The whole job's config: one section per component, parsed from YAML only here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.collective.config import CollectiveConfig
+from pipeline.config.loader import ConfigError, apply_overrides, parse
+from pipeline.config.options import option
+from pipeline.data.config import DataConfig
+from pipeline.profile.config import ProfileConfig
+from pipeline.train.config import TrainConfig
+from pipeline.transfer.config import TransferConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSection:
+    """Where the job runs and where its results go (what the user chose, not what Ray decided)."""
+
+    name: str = option("run", "a label for the run, shown in the summary")
+    address: str = option("", "Ray address to join; empty uses RAY_ADDRESS, an already "
+                              "initialised Ray, or starts a local one")
+    output: str = option("", "run directory; empty means runs/<name>-<timestamp>")
+    num_cpus: int = option(0, "logical CPUs of a locally started Ray; 0 means this machine's "
+                              "core count", ge=0)
+
+
+def _section(cls: type) -> Any:
+    return field(default_factory=cls, metadata={"doc": cls.__doc__ or ""})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """A Feedline job."""
+
+    run: RunSection = _section(RunSection)
+    data: DataConfig = _section(DataConfig)
+    transfer: TransferConfig = _section(TransferConfig)
+    train: TrainConfig = _section(TrainConfig)
+    collective: CollectiveConfig = _section(CollectiveConfig)
+    profile: ProfileConfig = _section(ProfileConfig)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a config file into plain data; a missing file or non-mapping is a ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([f"{path}: config file not found"])
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: the top level must be a mapping of sections, "
+                           f"got {type(data).__name__}"])
+    return data
+
+
+def load_config(source: str | Path | dict[str, Any] | Config,
+                overrides: list[str] | None = None) -> Config:
+    """Build a :class:`Config` from a YAML path, plain data or a Config, plus KEY=VALUE overrides."""
+    if isinstance(source, Config):
+        if not overrides:
+            return source
+        source = to_dict(source)
+    data = read_yaml(source) if isinstance(source, (str, Path)) else source
+    return parse(Config, apply_overrides(data, list(overrides or [])))
+
+
+def to_dict(config: Any) -> Any:
+    """Plain data (lists for tuples) that :func:`load_config` turns back into the same Config."""
+    if hasattr(config, "__dataclass_fields__"):
+        return {name: to_dict(getattr(config, name)) for name in config.__dataclass_fields__}
+    if isinstance(config, tuple):
+        return [to_dict(v) for v in config]
+    return config

@@ -1,0 +1,78 @@
+"""Config of the preprocessing stage: where samples come from and how Ray Data turns them into rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pipeline.config.options import option, required
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageFolderSource:
+    """Images laid out as ROOT/<class name>/<file> (png or jpeg), the ImageFolder convention."""
+
+    kind: Literal["image_folder"] = option("image_folder", "source kind")
+    path: str = required("root directory whose sub-directories are the classes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DigitsSource:
+    """scikit-learn's 1,797 handwritten digits, written once as 32x32 PNG files, then read as a folder."""
+
+    kind: Literal["digits"] = option("digits", "source kind")
+    cache_dir: str = option("~/.cache/feedline/digits", "where the PNG files are written once")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParquetSource:
+    """Parquet files whose columns become tensors (token ids, features)."""
+
+    kind: Literal["parquet"] = option("parquet", "source kind")
+    path: str = required("a parquet file or a directory of them")
+    features: tuple[str, ...] = option((), "columns stacked into the float32 'features' tensor; "
+                                           "empty means every column but the label and id")
+    label_column: str = option("label", "integer class column")
+    id_column: str = option("", "column with stable integer ids; empty assigns file/row ids")
+
+
+Source = ImageFolderSource | DigitsSource | ParquetSource
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """The preprocessing stage: a source, decoding on Ray Data CPU workers, and the split."""
+
+    source: Source = field(default_factory=DigitsSource, metadata={"doc": "where samples come from"})
+    image_size: tuple[int, int] = option((32, 32), "decoded images are resized to (height, width)",
+                                         ge=1)
+    channels: int = option(1, "1 (grayscale) or 3 (RGB)", ge=1, le=3)
+    mean: tuple[float, ...] = option((0.5,), "per-channel mean subtracted after scaling to [0, 1]")
+    std: tuple[float, ...] = option((0.5,), "per-channel std divided after subtracting the mean",
+                                    gt=0)
+    transform: str = option("", "optional 'module:function' applied to each decoded batch "
+                                "(dict of numpy arrays in, same out) inside Ray Data workers")
+    val_fraction: float = option(0.2, "share of samples held out for validation", ge=0, lt=1)
+    seed: int = option(0, "seed of the split and of any augmentation")
+    concurrency: tuple[int, int] = option((1, 2), "[min, max] preprocessing actors (autoscaled)",
+                                          ge=1)
+    cpus_per_actor: float = option(1.0, "CPUs each preprocessing actor reserves", gt=0)
+    batch_size: int = option(64, "rows per preprocessing batch (Ray Data map_batches)", ge=1)
+    prefetch_batches: int = option(2, "CPU-side batches prefetched by each trainer's iterator",
+                                   ge=0)
+    max_bad_fraction: float = option(0.05, "stop the run when more than this share of samples "
+                                           "fail to decode", ge=0, le=1)
+
+    def check(self) -> list[str]:
+        errors = []
+        if self.channels not in (1, 3):
+            errors.append(f"channels ({self.channels}) must be 1 or 3")
+        for name in ("mean", "std"):
+            values = getattr(self, name)
+            if len(values) not in (1, self.channels):
+                errors.append(f"{name} ({list(values)}) needs 1 or {self.channels} values, one per "
+                              f"channel")
+        low, high = self.concurrency
+        if low > high:
+            errors.append(f"concurrency ({[low, high]}) must be [min, max] with min <= max")
+        return errors

@@ -1,0 +1,130 @@
+"""Building the Ray Data datasets that feed Ray Train: source plan → split → read/decode actors.
+
+::
+
+    driver:  source plan (manifest, classes) ── split by id ──► train / val manifests
+    Ray Data:  from_arrow(manifest blocks) ─► map_batches(SampleReader, ActorPoolStrategy[min,max])
+    Ray Train: streaming_split(num_workers, equal=True) per dataset
+
+The manifest is shuffled once with ``data.seed`` because folder listings are sorted by class,
+and a class-sorted stream makes single-class batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.data.config import DataConfig, DigitsSource, ImageFolderSource, ParquetSource
+from pipeline.data.reader import ReaderSpec, SampleReader
+from pipeline.data.sources.base import SourcePlan
+from pipeline.data.sources.digits import plan_digits
+from pipeline.data.sources.image_folder import plan_image_folder
+from pipeline.data.sources.parquet import plan_parquet
+from pipeline.data.split import validation_mask
+
+# Blocks of a few batches each: enough blocks to keep every actor busy, few enough that per-block
+# overhead stays small.
+BATCHES_PER_BLOCK = 4
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """What the trainer needs to know about the data, plus the datasets themselves."""
+
+    train: Any  # ray.data.Dataset
+    val: Any  # ray.data.Dataset | None
+    classes: tuple[str, ...]
+    field: str  # "image" or "features"
+    sample_shape: tuple[int, ...]
+    num_train: int
+    num_val: int
+    origin: str
+
+
+def plan_source(config: DataConfig) -> tuple[SourcePlan, ReaderSpec]:
+    """Plan the configured source on the driver (lists files / reads parquet metadata)."""
+    source = config.source
+    common = dict(image_size=config.image_size, channels=config.channels, mean=config.mean,
+                  std=config.std, transform=config.transform)
+    if isinstance(source, ParquetSource):
+        plan, features = plan_parquet(source)
+        return plan, ReaderSpec(kind="table", origin=plan.origin, features=features,
+                                label_column=source.label_column, id_column=source.id_column,
+                                transform=config.transform)
+    if isinstance(source, DigitsSource):
+        plan = plan_digits(source.cache_dir)
+    elif isinstance(source, ImageFolderSource):
+        plan = plan_image_folder(source.path)
+    else:  # pragma: no cover - the loader only builds the kinds above
+        raise AssertionError(f"unhandled source {source!r}")
+    return plan, ReaderSpec(kind="image", origin=plan.origin, **common)
+
+
+def _blocks(table: pa.Table, rows_per_block: int) -> list[pa.Table]:
+    return [table.slice(i, rows_per_block) for i in range(0, table.num_rows, rows_per_block)]
+
+
+def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: Any,
+          rows_per_block: int):
+    import ray.data
+
+    low, high = config.concurrency
+    ds = ray.data.from_arrow(_blocks(manifest, rows_per_block))
+    return ds.map_batches(
+        SampleReader,
+        fn_constructor_kwargs={"spec": spec, "quarantine": quarantine},
+        batch_size=config.batch_size,
+        compute=ray.data.ActorPoolStrategy(min_size=low, max_size=high),
+        num_cpus=config.cpus_per_actor,
+        batch_format="numpy",
+    )
+
+
+def build_datasets(config: DataConfig, *, ship_uint8: bool = False,
+                   quarantine: Any = None) -> DataPlan:
+    """Plan the source and build the train (and validation) datasets. Runs on the driver."""
+    plan, spec = plan_source(config)
+    spec = replace(spec, ship_uint8=ship_uint8)
+    manifest = plan.manifest
+    order = np.random.default_rng(config.seed).permutation(manifest.num_rows)
+    manifest = manifest.take(pa.array(order))
+
+    if plan.kind == "table":
+        counts = manifest.column("rows").to_numpy()
+        rows_per_block = max(1, BATCHES_PER_BLOCK * config.batch_size // max(1, int(counts.mean())))
+        train_spec = replace(spec, keep_ids=(config.val_fraction, config.seed, False))
+        val_spec = replace(spec, keep_ids=(config.val_fraction, config.seed, True))
+        total = int(counts.sum())
+        if spec.id_column:  # the split depends on ids we only see in the workers: estimate
+            num_val = int(round(total * config.val_fraction))
+        else:
+            ids = np.concatenate([np.arange(s, s + n) for s, n in
+                                  zip(manifest.column("id").to_numpy(), counts)])
+            num_val = int(validation_mask(ids, config.val_fraction, config.seed).sum())
+        train = _read(manifest, train_spec, config, quarantine, rows_per_block)
+        val = (_read(manifest, val_spec, config, quarantine, rows_per_block)
+               if config.val_fraction > 0 else None)
+        shape, field, num_train = (len(spec.features),), "features", total - num_val
+    else:
+        rows_per_block = BATCHES_PER_BLOCK * config.batch_size
+        is_val = validation_mask(manifest.column("id").to_numpy(), config.val_fraction,
+                                 config.seed)
+        train_manifest = manifest.filter(pa.array(~is_val))
+        val_manifest = manifest.filter(pa.array(is_val))
+        train = _read(train_manifest, spec, config, quarantine, rows_per_block)
+        val = (_read(val_manifest, spec, config, quarantine, rows_per_block)
+               if val_manifest.num_rows else None)
+        height, width = config.image_size
+        shape, field = (config.channels, height, width), "image"
+        num_train, num_val = train_manifest.num_rows, val_manifest.num_rows
+    if num_train == 0:
+        raise ValueError(f"data.val_fraction ({config.val_fraction}) leaves no training samples "
+                         f"from {plan.origin}; lower it")
+    return DataPlan(train=train, val=val, classes=plan.classes, field=field,
+                    sample_shape=shape, num_train=num_train, num_val=num_val, origin=plan.origin)
+
+

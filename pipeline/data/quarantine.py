@@ -1,0 +1,47 @@
+"""The run's quarantine: where preprocessing workers on any node send the samples they dropped.
+
+One small Ray actor per run, placed with the driver (0 CPUs). Workers send records
+fire-and-forget; the driver reads them back to write ``quarantine.jsonl``, count bad samples and
+enforce ``data.max_bad_fraction``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import ray
+
+
+@ray.remote(num_cpus=0)
+class QuarantineLog:
+    """Collects ``{id, source, stage, error_type, message}`` records; lives on the driver node."""
+
+    def __init__(self):
+        self._records: dict[int, dict[str, Any]] = {}
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        for record in records:  # a re-executed task reports the same id again: keep one
+            self._records.setdefault(int(record["id"]), record)
+
+    def count(self) -> int:
+        return len(self._records)
+
+    def records(self) -> list[dict[str, Any]]:
+        return [self._records[k] for k in sorted(self._records)]
+
+
+def write_quarantine(records: list[dict[str, Any]], path: Path) -> None:
+    with open(path, "w") as fh:
+        for record in records:
+            fh.write(json.dumps(record) + "\n")
+
+
+def check_bad_fraction(count: int, total: int, limit: float, records: list[dict[str, Any]]) -> None:
+    """Raise when more than ``limit`` of the samples were bad, naming the first offenders."""
+    if total and count / total > limit:
+        first = ", ".join(f"{r['source']} ({r['error_type']}: {r['message']})" for r in records[:3])
+        raise RuntimeError(f"data.max_bad_fraction ({limit}) exceeded: {count} of {total} samples "
+                           f"({count / total:.1%}) could not be read; first: {first}. Fix or "
+                           f"remove those files, or raise data.max_bad_fraction")

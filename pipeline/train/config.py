@@ -1,0 +1,25 @@
+"""Config of the training stage: workers, model and optimisation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pipeline.config.options import option
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Ray Train workers and what each of them trains."""
+
+    num_workers: int = option(2, "Ray Train workers (one process group rank each)", ge=1)
+    use_gpu: bool | Literal["auto"] = option("auto", "one GPU per worker: auto uses GPUs when the "
+                                                     "cluster has them")
+    cpus_per_worker: float = option(1.0, "CPUs each Train worker reserves; the rest of the "
+                                         "cluster is left to preprocessing", gt=0)
+    model: str = option("cnn", "built-in model (cnn, mlp) or 'module:factory' returning an "
+                               "nn.Module; called with input_shape=..., num_classes=...")
+    epochs: int = option(5, "passes over the training split", ge=1)
+    batch_size: int = option(64, "samples per step on each worker", ge=1)
+    lr: float = option(0.01, "learning rate (SGD with momentum 0.9)", gt=0)
+    seed: int = option(0, "seed of model initialisation")

@@ -1,0 +1,126 @@
+"""Assembling and running one Feedline job on the connected Ray cluster (driver side).
+
+plan resources → build datasets → TorchTrainer(fit) while the progress monitor drains the
+reporter → copy the checkpoint, write quarantine and summary. Nothing here runs on workers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from pipeline.config import Config
+from pipeline.data import build_datasets
+from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
+from pipeline.train.loop import WorkerSpec, train_loop
+from pipeline.train.planner import plan_resources
+from pipeline.train.progress import ProgressMonitor
+from pipeline.train.reporter import RunReporter
+
+logger = logging.getLogger(__name__)
+
+
+def _on_this_node() -> dict[str, Any]:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=False)}
+
+
+def choose_backend(config: Config, use_gpu: bool) -> str:
+    if config.collective.backend != "auto":
+        return config.collective.backend
+    return "nccl" if use_gpu else "gloo"
+
+
+def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
+            show_progress: bool = True) -> dict[str, Any]:
+    """Train ``config`` on the connected cluster; returns the summary (also in summary.json)."""
+    import ray
+    from ray.data import ExecutionOptions, ExecutionResources
+    from ray.train import DataConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    started = time.perf_counter()
+    resources = ray.cluster_resources()
+    plan = plan_resources(
+        cluster_cpus=resources.get("CPU", 0.0), cluster_gpus=resources.get("GPU", 0.0),
+        num_workers=config.train.num_workers, cpus_per_worker=config.train.cpus_per_worker,
+        use_gpu=config.train.use_gpu, data_min_actors=config.data.concurrency[0],
+        cpus_per_actor=config.data.cpus_per_actor)
+    backend = choose_backend(config, plan.use_gpu)
+    console.print(f"[bold]plan[/]: {plan.train_cpus:g} CPUs for {config.train.num_workers} Train "
+                  f"workers, {plan.data_cpus:g} for preprocessing; {plan.gpu_reason}; "
+                  f"backend {backend}")
+
+    quarantine = QuarantineLog.options(**_on_this_node()).remote()
+    reporter = RunReporter.options(**_on_this_node()).remote()
+    data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
+                          quarantine=quarantine)
+    console.print(f"[bold]data[/]: {data.num_train:,} train / {data.num_val:,} validation samples, "
+                  f"{len(data.classes)} classes from {data.origin}")
+    spec = WorkerSpec(config=config, field=data.field, sample_shape=data.sample_shape,
+                      num_classes=len(data.classes), use_gpu=plan.use_gpu,
+                      has_val=data.val is not None, reporter=reporter)
+    datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={"spec": spec},
+        torch_config=TorchConfig(backend=backend, timeout_s=int(config.collective.timeout_s)),
+        scaling_config=ScalingConfig(num_workers=config.train.num_workers, use_gpu=plan.use_gpu,
+                                     resources_per_worker={"CPU": config.train.cpus_per_worker}),
+        run_config=RunConfig(name="train", storage_path=str(output.resolve() / "ray")),
+        datasets=datasets,
+        dataset_config=DataConfig(execution_options=ExecutionOptions(
+            resource_limits=ExecutionResources(cpu=plan.data_cpus))),
+    )
+    with ProgressMonitor(reporter, epochs=config.train.epochs,
+                         samples_per_epoch=data.num_train, world_size=config.train.num_workers,
+                         metrics_path=output / "metrics.jsonl", console=console,
+                         show=show_progress) as monitor:
+        result = trainer.fit()
+    wall = time.perf_counter() - started
+
+    bad = ray.get(quarantine.records.remote(), timeout=60)
+    write_quarantine(bad, output / "quarantine.jsonl")
+    checkpoint_dir = output / "checkpoint"
+    if result.checkpoint is not None:
+        with result.checkpoint.as_directory() as src:
+            shutil.copytree(src, checkpoint_dir, dirs_exist_ok=True)
+    final = monitor.epoch_metrics[-1] if monitor.epoch_metrics else dict(result.metrics or {})
+    samples = sum(m["samples"] for m in monitor.epoch_metrics)
+    train_seconds = sum(m["epoch_seconds"] for m in monitor.epoch_metrics)
+    summary = {
+        "status": "succeeded",
+        "name": config.run.name,
+        "epochs": config.train.epochs,
+        "samples": samples,
+        "samples_per_second": samples / train_seconds if train_seconds else 0.0,
+        "wall_seconds": wall,
+        "num_workers": config.train.num_workers,
+        "val_accuracy": final.get("val_accuracy"),
+        "train_loss": final.get("train_loss"),
+        "ray_address": ray_address,
+        "backend": backend,
+        "plan": plan.as_dict(),
+        "data": {"origin": data.origin, "classes": list(data.classes),
+                 "num_train": data.num_train, "num_val": data.num_val},
+        "bad_samples": len(bad),
+        "checkpoint": str(checkpoint_dir) if result.checkpoint is not None else None,
+    }
+    try:
+        check_bad_fraction(len(bad), data.num_train + data.num_val,
+                           config.data.max_bad_fraction, bad)
+    except RuntimeError as exc:
+        summary |= {"status": "failed", "error": str(exc)}
+        raise
+    finally:
+        (output / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

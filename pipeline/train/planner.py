@@ -1,0 +1,59 @@
+"""The resource planner: training workers and preprocessing share CPUs; refuse a starving plan.
+
+Ray Train workers hold their CPUs for the whole run. If they take every CPU, Ray Data's actors
+can never start and ``fit()`` waits forever: the classic hang. This pure function decides before
+``fit()`` and says which number to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class PlanError(ValueError):
+    """The cluster cannot run this plan; the message names the numbers to change."""
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    """What the runtime decided: CPUs for training, the CPU budget left to Ray Data, GPU use."""
+
+    cluster_cpus: float
+    train_cpus: float
+    data_cpus: float
+    data_min_cpus: float
+    use_gpu: bool
+    gpu_reason: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def plan_resources(*, cluster_cpus: float, cluster_gpus: float, num_workers: int,
+                   cpus_per_worker: float, use_gpu: bool | str, data_min_actors: int,
+                   cpus_per_actor: float) -> ResourcePlan:
+    """Split the cluster between Train workers and preprocessing, or raise :class:`PlanError`."""
+    if use_gpu == "auto":
+        gpu = cluster_gpus >= num_workers > 0 and cluster_gpus > 0
+        reason = (f"auto: cluster has {cluster_gpus:g} GPU(s) for {num_workers} worker(s)"
+                  if gpu else f"auto: cluster has {cluster_gpus:g} GPU(s), training on CPU")
+    else:
+        gpu, reason = bool(use_gpu), f"train.use_gpu is {use_gpu}"
+        if gpu and cluster_gpus < num_workers:
+            raise PlanError(f"train.use_gpu is true but the cluster has {cluster_gpus:g} GPU(s) "
+                            f"for train.num_workers ({num_workers}); lower train.num_workers to "
+                            f"{int(cluster_gpus)} or set train.use_gpu: auto")
+    train_cpus = num_workers * cpus_per_worker
+    data_cpus = cluster_cpus - train_cpus
+    need = data_min_actors * cpus_per_actor
+    if data_cpus < need:
+        fit = max(0.0, cluster_cpus - need) / num_workers
+        raise PlanError(
+            f"plan starves preprocessing: train.num_workers ({num_workers}) x "
+            f"train.cpus_per_worker ({cpus_per_worker:g}) = {train_cpus:g} of the cluster's "
+            f"{cluster_cpus:g} CPUs, leaving {max(data_cpus, 0):g} for data.concurrency min "
+            f"({data_min_actors}) x data.cpus_per_actor ({cpus_per_actor:g}) = {need:g}. "
+            f"Lower train.cpus_per_worker to {fit:g} or less, lower train.num_workers, lower "
+            f"data.cpus_per_actor, or add CPUs to the cluster")
+    return ResourcePlan(cluster_cpus=cluster_cpus, train_cpus=train_cpus, data_cpus=data_cpus,
+                        data_min_cpus=need, use_gpu=gpu, gpu_reason=reason)

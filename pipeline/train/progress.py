@@ -1,0 +1,98 @@
+"""Driver-side view of a running job: a progress bar, per-epoch lines and ``metrics.jsonl``.
+
+A background thread drains the :class:`~pipeline.train.reporter.RunReporter` while
+``trainer.fit()`` blocks the main thread. An epoch line is printed once every rank has reported
+that epoch, so the numbers shown are global, not rank 0's guess.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.5
+
+
+class ProgressMonitor:
+    """Runs on the driver; ``with ProgressMonitor(...) as mon: trainer.fit()``."""
+
+    def __init__(self, reporter: Any, *, epochs: int, samples_per_epoch: int, world_size: int,
+                 metrics_path: Path, console: Console, show: bool = True):
+        self.reporter = reporter
+        self.epochs = epochs
+        self.world_size = world_size
+        self.metrics_path = metrics_path
+        self.console = console
+        self.epoch_records: dict[int, dict[int, dict]] = defaultdict(dict)
+        self.epoch_metrics: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
+        self._progress = Progress(
+            TextColumn("[bold]epoch {task.fields[epoch]}/{task.fields[epochs]}"), BarColumn(),
+            TextColumn("{task.completed:,.0f}/{task.total:,.0f} samples"),
+            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+            console=console, disable=not show, transient=True)
+        self._task = self._progress.add_task("train", total=samples_per_epoch * epochs, epoch=1,
+                                             epochs=epochs, rate="")
+        self._samples_per_epoch = samples_per_epoch
+
+    def __enter__(self) -> ProgressMonitor:
+        self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+        self._progress.start()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._drain()  # whatever arrived between the last poll and the end of fit()
+        self._progress.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            self._drain()
+
+    def _drain(self) -> None:
+        import ray
+
+        try:
+            records = ray.get(self.reporter.drain.remote(), timeout=30)
+        except (ray.exceptions.RayError, TimeoutError) as exc:
+            logger.warning("progress reporter unavailable: %s", exc)
+            return
+        for record in records:
+            if record["type"] == "progress":
+                done = record["epoch"] * self._samples_per_epoch + record["samples"]
+                self._progress.update(self._task, completed=done, epoch=record["epoch"] + 1)
+            elif record["type"] == "epoch":
+                self._on_epoch(record)
+
+    def _on_epoch(self, record: dict) -> None:
+        epoch = record["epoch"]
+        self.epoch_records[epoch][record["rank"]] = record
+        if len(self.epoch_records[epoch]) < self.world_size:
+            return
+        ranks = self.epoch_records[epoch]
+        merged = {k: v for k, v in ranks[0].items() if k not in ("type", "rank", "rank_samples",
+                                                                  "rank_seconds")}
+        merged["per_rank"] = {str(r): {"samples": v["rank_samples"], "seconds": v["rank_seconds"]}
+                              for r, v in sorted(ranks.items())}
+        self.epoch_metrics.append(merged)
+        with open(self.metrics_path, "a") as fh:
+            fh.write(json.dumps(merged) + "\n")
+        self._progress.update(self._task, completed=epoch * self._samples_per_epoch,
+                              epoch=min(epoch + 1, self.epochs),
+                              rate=f"{merged['samples_per_second']:,.0f} samples/s")
+        acc = f"  val_accuracy {merged['val_accuracy']:.3f}" if "val_accuracy" in merged else ""
+        self._progress.console.print(
+            f"epoch {epoch}/{self.epochs}  loss {merged['train_loss']:.4f}  "
+            f"{merged['samples_per_second']:,.0f} samples/s  {merged['epoch_seconds']:.1f}s{acc}")

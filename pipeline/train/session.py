@@ -1,0 +1,44 @@
+"""Connecting the driver to Ray: join a cluster, reuse an embedding driver's Ray, or start one.
+
+Order of precedence: ``--address``/``run.address``, then ``RAY_ADDRESS``, then a Ray the caller
+already initialised (embedding: used and left running), else a local Ray sized from this
+machine with the dashboard off, shut down when the run ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RaySession:
+    address: str
+    mode: str  # "joined", "embedded" or "local"
+
+
+@contextmanager
+def ray_session(address: str = "", num_cpus: int = 0) -> Iterator[RaySession]:
+    import ray
+
+    address = address or os.environ.get("RAY_ADDRESS", "")
+    if ray.is_initialized():
+        yield RaySession(ray.get_runtime_context().gcs_address, "embedded")
+        return
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        mode = "joined"
+    else:
+        cpus = num_cpus or os.cpu_count() or 1
+        # Dashboard off: a local run exposes no HTTP port at all.
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=True)
+        mode = "local"
+    try:
+        yield RaySession(ray.get_runtime_context().gcs_address, mode)
+    finally:
+        ray.shutdown()

@@ -1,0 +1,20 @@
+"""Config of the transfer stage (host batches → device), declared next to the stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pipeline.config.options import option
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferConfig:
+    """How each Train worker moves host batches onto its device."""
+
+    gpu_prefetch: int = option(2, "batches in flight on the device side (K)", ge=1,
+                               hint="use 1 to disable overlap")
+    pin_memory: bool | Literal["auto"] = option(
+        "auto", "page-lock the staging buffers: auto (when CUDA is present), true or false")
+    ship_uint8: bool = option(False, "images travel as uint8 and are normalised on the device")
+    min_pin_bytes: int = option(1 << 20, "batches smaller than this are not pinned", ge=0)
