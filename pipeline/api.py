@@ -47,13 +47,13 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
 
     sets = [*sets, *(f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in overrides.items())]
     cfg = load_config(config, sets)
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)
     out = output_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     with ray_session(cfg.run.address, cfg.run.num_cpus) as session:
         console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
-                      f"writing {out}")
+                      f"writing {out.resolve()}")
         try:
             summary = run_job(cfg, out, ray_address=session.address, console=console,
                               show_progress=show_progress)

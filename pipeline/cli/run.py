@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     from pipeline.api import run
     from pipeline.train import PlanError
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     overrides = list(args.overrides)
     if args.address:
         overrides.append(f"run.address={args.address}")

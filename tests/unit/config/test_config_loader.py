@@ -1,0 +1,119 @@
+import pytest
+
+from pipeline.config import Config, ConfigError, describe, load_config, to_dict
+from pipeline.data.config import ImageFolderSource, ParquetSource
+
+
+def errors_of(data, overrides=()):
+    with pytest.raises(ConfigError) as info:
+        load_config(data, list(overrides))
+    return info.value.errors
+
+
+def test_defaults_build_a_frozen_config():
+    config = load_config({})
+    assert isinstance(config, Config)
+    with pytest.raises(AttributeError):
+        config.train.epochs = 3
+
+
+def test_misspelt_key_names_path_and_suggests_field():
+    with pytest.raises(ConfigError, match=r"^transfer\.gpu_prefetc: unknown field; did you mean "
+                                          r"gpu_prefetch\?$"):
+        load_config({"transfer": {"gpu_prefetc": 2}})
+
+
+def test_unknown_section_is_an_error():
+    with pytest.raises(ConfigError, match=r"^trian: unknown field; did you mean train\?"):
+        load_config({"trian": {}})
+
+
+def test_wrong_type_names_path_value_and_type():
+    with pytest.raises(ConfigError, match=r"^train\.epochs: expected int, got 'three' \(str\)$"):
+        load_config({"train": {"epochs": "three"}})
+
+
+def test_negative_count_names_bound():
+    with pytest.raises(ConfigError, match=r"^train\.num_workers \(-2\) must be >= 1$"):
+        load_config({"train": {"num_workers": -2}})
+
+
+def test_bound_with_remedy():
+    with pytest.raises(ConfigError, match=r"transfer\.gpu_prefetch \(0\) must be >= 1; use 1 to "
+                                          r"disable overlap"):
+        load_config({"transfer": {"gpu_prefetch": 0}})
+
+
+def test_all_errors_are_collected():
+    errors = errors_of({"train": {"epochs": 0, "num_workers": "x"}, "data": {"channls": 3}})
+    assert len(errors) == 3
+    assert {e.split(":")[0].split(" ")[0] for e in errors} == {
+        "train.epochs", "train.num_workers", "data.channls"}
+
+
+def test_bool_is_not_an_int():
+    assert errors_of({"train": {"epochs": True}}) == [
+        "train.epochs: expected int, got True (bool)"]
+
+
+def test_literal_choices_and_suggestion():
+    assert errors_of({"collective": {"comm_hook": "bf61"}}) == [
+        "collective.comm_hook: 'bf61' is not one of none, fp16, bf16, powersgd; did you mean bf16?"]
+
+
+def test_tagged_source_kind_selects_fields():
+    config = load_config({"data": {"source": {"kind": "image_folder", "path": "/data/pets"}}})
+    assert config.data.source == ImageFolderSource(path="/data/pets")
+    assert errors_of({"data": {"source": {"kind": "folder"}}}) == [
+        "data.source.kind: 'folder' is not one of image_folder, digits, parquet; "
+        "did you mean image_folder?"]
+
+
+def test_required_field_of_chosen_kind():
+    assert errors_of({"data": {"source": {"kind": "parquet"}}}) == [
+        "data.source.path: required field is missing (a parquet file or a directory of them)"]
+
+
+def test_set_overrides_parse_yaml_values():
+    config = load_config({}, ["train.epochs=3", "transfer.pin_memory=false", "train.lr=0.5",
+                              "data.image_size=[64, 48]"])
+    assert config.train.epochs == 3
+    assert config.transfer.pin_memory is False
+    assert config.train.lr == 0.5
+    assert config.data.image_size == (64, 48)
+
+
+def test_overriding_kind_starts_the_section_afresh():
+    base = {"data": {"source": {"kind": "digits", "cache_dir": "/tmp/d"}}}
+    config = load_config(base, ["data.source.kind=parquet", "data.source.path=/t.parquet"])
+    assert config.data.source == ParquetSource(path="/t.parquet")
+
+
+def test_malformed_override():
+    assert errors_of({}, ["train.epochs"]) == [
+        "--set 'train.epochs': expected KEY=VALUE, e.g. train.epochs=3"]
+
+
+def test_cross_field_check_runs_after_types():
+    errors = errors_of({"data": {"channels": 3, "mean": [0.1, 0.2], "concurrency": [3, 1]}})
+    assert "data.mean ([0.1, 0.2]) needs 1 or 3 values, one per channel" in errors
+    assert "data.concurrency ([3, 1]) must be [min, max] with min <= max" in errors
+
+
+def test_round_trip_through_plain_data():
+    config = load_config({"train": {"epochs": 2}, "data": {"image_size": [8, 8]}})
+    assert load_config(to_dict(config)) == config
+
+
+def test_yaml_file_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n")
+    assert "the top level must be a mapping" in errors_of(bad)[0]
+    assert "config file not found" in errors_of(tmp_path / "missing.yaml")[0]
+
+
+def test_every_field_is_documented():
+    rows = describe(Config)
+    undocumented = [name for name, _, doc in rows if not doc]
+    assert not undocumented
+    assert ("train.epochs", "5", "passes over the training split") in rows

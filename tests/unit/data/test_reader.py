@@ -1,0 +1,97 @@
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from pipeline.data import ReaderSpec, SampleReader
+from pipeline.data.sources import plan_image_folder
+
+
+def manifest_batch(plan):
+    return {k: np.asarray(v) for k, v in plan.manifest.to_pydict().items()}
+
+
+def test_decodes_resizes_and_normalises(image_folder):
+    plan = plan_image_folder(image_folder)
+    reader = SampleReader(ReaderSpec(kind="image", origin="t", image_size=(8, 6), channels=3,
+                                     mean=(0.5,), std=(0.25,)))
+    out = reader(manifest_batch(plan))
+    assert out["image"].shape == (8, 3, 8, 6) and out["image"].dtype == np.float32
+    path = plan.manifest.column("path")[0].as_py()
+    pixels = np.asarray(Image.open(path).convert("RGB").resize((6, 8), Image.Resampling.BILINEAR))
+    expected = (pixels.transpose(2, 0, 1) / 255.0 - 0.5) / 0.25
+    np.testing.assert_allclose(out["image"][0], expected, atol=1e-5)
+    assert out["id"].tolist() == list(range(8))
+
+
+def test_ship_uint8_keeps_bytes_and_grayscale(image_folder):
+    plan = plan_image_folder(image_folder)
+    reader = SampleReader(ReaderSpec(kind="image", origin="t", image_size=(10, 12), channels=1,
+                                     ship_uint8=True))
+    out = reader(manifest_batch(plan))
+    assert out["image"].dtype == np.uint8 and out["image"].shape == (8, 1, 10, 12)
+
+
+class Sink:
+    def __init__(self):
+        self.records = []
+        self.add = self
+
+    def remote(self, records):
+        self.records.extend(records)
+
+
+def test_bad_samples_are_dropped_with_reasons_and_neighbours_kept(image_folder):
+    (image_folder / "cat" / "0.png").write_bytes(b"")  # zero bytes
+    (image_folder / "cat" / "1.png").write_bytes(b"this is not a png")  # undecodable
+    good = (image_folder / "dog" / "0.png").read_bytes()
+    (image_folder / "dog" / "1.png").write_bytes(good[: len(good) // 2])  # truncated
+    plan = plan_image_folder(image_folder)
+    sink = Sink()
+    out = SampleReader(ReaderSpec(kind="image", origin="t", image_size=(10, 12), channels=3),
+                       quarantine=sink)(manifest_batch(plan))
+    assert out["id"].tolist() == [2, 3, 4, 6, 7]
+    assert len(out["image"]) == len(out["label"]) == 5
+    assert sorted(r["id"] for r in sink.records) == [0, 1, 5]
+    by_id = {r["id"]: r for r in sink.records}
+    assert by_id[0]["message"] == "empty file (0 bytes)"
+    assert by_id[1]["error_type"] == "UnidentifiedImageError"
+    assert set(by_id[5]) == {"id", "source", "stage", "error_type", "message"}
+
+
+def double_labels(batch):
+    batch["label"] = batch["label"] * 2
+    return batch
+
+
+def test_user_transform_runs_after_decode(image_folder):
+    plan = plan_image_folder(image_folder)
+    spec = ReaderSpec(kind="image", origin="t", image_size=(4, 4), channels=1,
+                      transform="tests.unit.data.test_reader:double_labels")
+    assert SampleReader(spec)(manifest_batch(plan))["label"].tolist() == [0] * 4 + [2] * 4
+
+
+def test_bad_transform_spec():
+    with pytest.raises(ValueError, match=r"data.transform \('nope'\) must look like"):
+        SampleReader(ReaderSpec(kind="image", origin="t", transform="nope"))
+
+
+def test_parquet_rows_split_and_nan_quarantined(tmp_path):
+    x = np.arange(10, dtype=np.float64)
+    x[3] = np.nan
+    pq.write_table(pa.table({"x": x, "label": np.arange(10) % 2}), tmp_path / "a.parquet",
+                   row_group_size=5)
+    batch = {"id": np.array([0, 5]), "file": np.array([str(tmp_path / "a.parquet")] * 2),
+             "row_group": np.array([0, 1]), "rows": np.array([5, 5])}
+    sink = Sink()
+    spec = ReaderSpec(kind="table", origin="t", features=("x",))
+    out = SampleReader(spec, quarantine=sink)(batch)
+    assert out["id"].tolist() == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    assert out["features"].shape == (9, 1) and out["features"].dtype == np.float32
+    assert [r["id"] for r in sink.records] == [3]
+    train = SampleReader(replace(spec, keep_ids=(0.5, 0, False)))(batch)["id"]
+    val = SampleReader(replace(spec, keep_ids=(0.5, 0, True)))(batch)["id"]
+    assert sorted([*train.tolist(), *val.tolist()]) == [0, 1, 2, 4, 5, 6, 7, 8, 9]

@@ -1,0 +1,48 @@
+import pytest
+
+from pipeline.train import PlanError, plan_resources
+
+
+def plan(**kw):
+    args = dict(cluster_cpus=8, cluster_gpus=0, num_workers=2, cpus_per_worker=1,
+                use_gpu="auto", data_min_actors=1, cpus_per_actor=1)
+    return plan_resources(**(args | kw))
+
+
+def test_budget_left_to_data_excludes_training_cpus():
+    p = plan()
+    assert (p.train_cpus, p.data_cpus, p.use_gpu) == (2, 6, False)
+
+
+def test_starving_plan_names_the_numbers_to_change():
+    with pytest.raises(PlanError) as info:
+        plan(cluster_cpus=2, num_workers=2, cpus_per_worker=1)
+    message = str(info.value)
+    assert "train.num_workers (2) x train.cpus_per_worker (1) = 2 of the cluster's 2 CPUs" in message
+    assert "leaving 0 for data.concurrency min (1)" in message
+    assert "Lower train.cpus_per_worker to 0.5 or less" in message
+
+
+def test_half_cpu_workers_fit_a_two_core_machine():
+    assert plan(cluster_cpus=2, cpus_per_worker=0.5).data_cpus == 1
+
+
+@pytest.mark.parametrize("cpus,workers,per,actors,ok", [
+    (4, 4, 1, 1, False), (5, 4, 1, 1, True), (16, 4, 2, 4, True), (16, 4, 2, 9, False),
+    (1, 1, 0.5, 1, False), (100, 64, 1, 36, True),
+])
+def test_many_shapes(cpus, workers, per, actors, ok):
+    if ok:
+        assert plan(cluster_cpus=cpus, num_workers=workers, cpus_per_worker=per,
+                    data_min_actors=actors).data_cpus >= actors
+    else:
+        with pytest.raises(PlanError):
+            plan(cluster_cpus=cpus, num_workers=workers, cpus_per_worker=per,
+                 data_min_actors=actors)
+
+
+def test_gpu_auto_and_forced():
+    assert plan(cluster_gpus=2).use_gpu
+    assert not plan(cluster_gpus=1).use_gpu  # fewer GPUs than workers: train on CPU
+    with pytest.raises(PlanError, match="train.use_gpu is true but the cluster has 1 GPU"):
+        plan(cluster_gpus=1, use_gpu=True)
