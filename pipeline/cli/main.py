@@ -14,7 +14,21 @@ import sys
 COMMANDS = {
     "run": ("pipeline.cli.run", "train a config on Ray (local, joined or embedded)"),
     "validate": ("pipeline.cli.validate", "check a config and print every error"),
+    "doctor": ("pipeline.cli.doctor", "detect GPUs, RDMA and NICs on every node; advise NCCL env"),
+    "report": ("pipeline.cli.report", "reprint a run's verdict and redraw its plot"),
 }
+
+BENCHMARKS = {
+    "collective": ("pipeline.cli.bench_collective",
+                   "all-reduce/all-gather/reduce-scatter bandwidth vs raw torch.distributed"),
+}
+
+
+def _add(sub, name: str, module: str, help_text: str) -> None:
+    command = sub.add_parser(name, help=help_text, description=help_text)
+    mod = importlib.import_module(module)
+    mod.configure(command)
+    command.set_defaults(handler=mod.main)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,10 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        command = sub.add_parser(name, help=help_text, description=help_text)
-        mod = importlib.import_module(module)
-        mod.configure(command)
-        command.set_defaults(handler=mod.main)
+        _add(sub, name, module, help_text)
+    bench = sub.add_parser("bench", help="benchmarks, side by side with their baselines")
+    bench_sub = bench.add_subparsers(dest="benchmark", required=True)
+    for name, (module, help_text) in BENCHMARKS.items():
+        _add(bench_sub, name, module, help_text)
     return parser
 
 

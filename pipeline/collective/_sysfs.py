@@ -117,7 +117,7 @@ def _roce_v2_gid(port: Path) -> tuple[int | None, str | None]:
 
 
 def read_gdr(root: Path) -> str:
-    """GPUDirect RDMA: the peer-memory module, dma-buf (open kernel module on Linux >= 5.12), or off."""
+    """GPUDirect RDMA: a peer-memory module, dma-buf (open kernel module, Linux >= 5.12), or off."""
     modules = root / "sys/module"
     proc_modules = read_text(root / "proc/modules")
     loaded = {p.name for p in _children(modules)}

@@ -147,9 +147,10 @@ def _warn_numa(topology: Topology, nic_names: list[str], warnings: list[str]) ->
         return
     far = sorted({g.numa_node for g in topology.gpus} - {None} - nodes)
     for numa in far:
-        gpus = ",".join(str(g.index) for g in topology.gpus if g.numa_node == numa)
+        ids = [str(g.index) for g in topology.gpus if g.numa_node == numa]
+        gpus = f"GPU {ids[0]} is" if len(ids) == 1 else f"GPUs {','.join(ids)} are"
         warnings.append(
-            f"GPUs {gpus} are on NUMA node {numa} but the NICs ({', '.join(nic_names)}) are on "
+            f"{gpus} on NUMA node {numa} but the NICs ({', '.join(nic_names)}) are on "
             f"NUMA node {','.join(map(str, sorted(nodes)))}: inter-node traffic crosses the CPU "
             "interconnect; move the NIC or GPUs to the same socket where the board allows")
 

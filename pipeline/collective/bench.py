@@ -17,6 +17,7 @@ Runs in: bench actors / Train workers (every rank calls the same functions in th
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ _AUTO_BYTES_PER_SIZE = 64 << 20  # auto iters: about this much traffic per size
 # Fraction of a link's line rate below which the link is "far below its class".
 _FAR_BELOW = 0.25
 _NVLINK_FLOOR_GBPS = 10.0
+_ROUNDS = 3  # alternating baseline/harness rounds for all-reduce
 
 # torch >= 2.10 renamed the tensor variants; keep working on older torch too.
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -80,8 +82,16 @@ def measure_collectives(sizes_bytes: Sequence[int], ops: Sequence[str] = OPS,
         for op in ops:
             correct = _check(op, count, world, device)
             run = _make(op, count, world, device)
-            raw_time = _raw_all_reduce_time(count, n, warmup, device) if op == "all_reduce" else None
-            seconds = _timed(run, n, warmup, device)
+            raw_time = None
+            if op == "all_reduce":
+                # Alternate baseline and harness and keep medians, so drift on a shared
+                # machine (another job, CPU frequency) does not land on one side only.
+                pairs = [(_raw_all_reduce_time(count, n, warmup, device),
+                          _timed(run, n, warmup, device)) for _ in range(_ROUNDS)]
+                raw_time = statistics.median(r for r, _ in pairs)
+                seconds = statistics.median(t for _, t in pairs)
+            else:
+                seconds = _timed(run, n, warmup, device)
             algbw = nbytes / seconds / 1e9
             row = {"op": op, "size_bytes": nbytes, "count": count, "ranks": world, "iters": n,
                    "time_s": seconds, "algbw_GBps": algbw,
@@ -111,9 +121,10 @@ def classify_link(busbw_GBps: float, backend: str, topology: Topology, *,
             return (f"gloo moves tensors over TCP sockets although RDMA {where} is present; "
                     "set collective.backend to nccl (or auto) on GPU workers")
         if backend == "nccl" and line and busbw_GBps < _FAR_BELOW * line:
-            return (f"NCCL is on sockets, not RDMA: busbw {busbw_GBps:.2f} GB/s vs ~{line:.1f} GB/s "
-                    f"line rate of {where}; run with NCCL_DEBUG=INFO and look for NET/IB, not "
-                    "NET/Socket; check NCCL_IB_DISABLE, NCCL_IB_HCA and NCCL_IB_GID_INDEX")
+            return (f"NCCL is on sockets, not RDMA: busbw {busbw_GBps:.2f} GB/s vs "
+                    f"~{line:.1f} GB/s line rate of {where}; run with NCCL_DEBUG=INFO and "
+                    "look for NET/IB, not NET/Socket; check NCCL_IB_DISABLE, NCCL_IB_HCA and "
+                    "NCCL_IB_GID_INDEX")
         return None
     nics = [i for i in topology.interfaces or () if i.up and not i.virtual and i.speed_mbps]
     if not nics:

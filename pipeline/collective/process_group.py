@@ -33,7 +33,7 @@ class CollectiveTimeoutError(RuntimeError):
 
 def init_process_group(config: CollectiveConfig, *, rank: int, world_size: int,
                        init_method: str, has_gpu: bool | None = None) -> tuple[str, str]:
-    """Join the default process group with ``config``'s backend and timeout; ``(backend, reason)``."""
+    """Join the default group with ``config``'s backend and timeout; ``(backend, reason)``."""
     has_gpu = torch.cuda.is_available() if has_gpu is None else has_gpu
     backend, reason = choose_backend(config, has_gpu)
     with collective_guard(config, what=f"rendezvous at {init_method}"):

@@ -94,7 +94,10 @@ class Topology:
     gpu_source: str
     """``nvml``, ``nvidia-smi``, ``sysfs`` or ``none``."""
     gpu_matrix: tuple[tuple[str, ...], ...]
-    """``nvidia-smi topo -m`` GPU×GPU cells (``X``, ``NV18``, ``PIX``, ``SYS``...); empty if unknown."""
+    """GPU×GPU cells as ``nvidia-smi topo -m`` names them (``X``, ``NV18``, ``PIX``, ``SYS``).
+
+    Empty when unknown.
+    """
     rdma: tuple[RdmaDevice, ...]
     gdr: str
     """GPUDirect RDMA: ``nvidia_peermem``, ``nv_peer_mem``, ``dmabuf``, ``off`` or ``unknown``."""
@@ -111,7 +114,7 @@ class Topology:
 
     @property
     def interconnect(self) -> str:
-        """How GPUs inside the node talk: ``nvlink``, ``pcie``, ``single-gpu``, ``none``, ``unknown``."""
+        """GPU↔GPU inside the node: ``nvlink``, ``pcie``, ``single-gpu``, ``none``, ``unknown``."""
         if not self.gpus:
             return "none"
         if len(self.gpus) == 1:
@@ -123,7 +126,7 @@ class Topology:
 
     @property
     def network(self) -> str:
-        """How this node reaches others: ``infiniband``, ``roce``, ``ethernet``, ``loopback``, ``unknown``."""
+        """Node↔node: ``infiniband``, ``roce``, ``ethernet``, ``loopback`` or ``unknown``."""
         kinds = {p.kind for _, p in self.active_rdma_ports}
         if "InfiniBand" in kinds:
             return "infiniband"

@@ -60,6 +60,8 @@ class DataConfig:
     batch_size: int = option(64, "rows per preprocessing batch (Ray Data map_batches)", ge=1)
     prefetch_batches: int = option(2, "CPU-side batches prefetched by each trainer's iterator",
                                    ge=0)
+    stall_timeout_s: float = option(300.0, "a trainer that receives no batch for this long "
+                                           "stops with an error instead of hanging", gt=0)
     max_bad_fraction: float = option(0.05, "stop the run when more than this share of samples "
                                            "fail to decode", ge=0, le=1)
 

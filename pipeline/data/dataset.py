@@ -74,6 +74,7 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
 
     low, high = config.concurrency
     ds = ray.data.from_arrow(_blocks(manifest, rows_per_block))
+    ds.context.enable_progress_bars = False  # the driver shows Feedline's own progress
     return ds.map_batches(
         SampleReader,
         fn_constructor_kwargs={"spec": spec, "quarantine": quarantine},

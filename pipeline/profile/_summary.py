@@ -79,7 +79,7 @@ def combine_summaries(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         return {
             "sum": total,
             "mean": total / steps,
-            "p50": sum(p["p50"] * s["steps"] for p, s in zip(parts, items)) / steps,
+            "p50": sum(p["p50"] * s["steps"] for p, s in zip(parts, items, strict=True)) / steps,
             "p99": max(p["p99"] for p in parts),
         }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
+from pipeline.collective import choose_backend
 from pipeline.config import Config
 from pipeline.data import build_datasets
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
@@ -34,10 +36,68 @@ def _on_this_node() -> dict[str, Any]:
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=False)}
 
 
-def choose_backend(config: Config, use_gpu: bool) -> str:
-    if config.collective.backend != "auto":
-        return config.collective.backend
-    return "nccl" if use_gpu else "gloo"
+def nccl_advice(config: Config) -> dict[str, Any]:
+    """Detect every node's network, advise NCCL/gloo settings; the env common to all nodes goes
+    to the Train workers' runtime env (set before their process group starts)."""
+    from pipeline.collective import advise
+    from pipeline.collective.cluster import detect_on_nodes
+
+    advices = {}
+    for topology in detect_on_nodes():
+        advices[topology.hostname] = advise(topology, os.environ)
+    envs = [a.env for a in advices.values()]
+    common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)} if envs else {}
+    warnings = sorted({f"{host}: {w}" for host, a in advices.items()
+                       for w in [*a.warnings, *a.conflicts]})
+    differing = sorted({k for e in envs for k in e} - set(common))
+    if differing:
+        warnings.append(f"nodes disagree on {', '.join(differing)}: set them per node in the "
+                        f"cluster's environment (see pipeline doctor)")
+    applied = common if config.collective.apply_nccl_advice else {}
+    return {"env": applied, "advised": common, "warnings": warnings,
+            "reasons": {k: r for a in advices.values() for k, r in a.reasons.items()
+                        if k in common}}
+
+
+def write_profile(config: Config, output: Path, monitor: ProgressMonitor, *,
+                  device: str) -> dict[str, Any]:
+    """Merge the ranks' spans, diagnose, write profile.json, timeline, plot and report."""
+    from pipeline.profile import (
+        combine_summaries,
+        context_from_config,
+        diagnose,
+        load_profile,
+        merge_ranks,
+        save_profile,
+        summary_fields,
+        write_artifacts,
+    )
+
+    ranks = {rank: combine_summaries(epochs) for rank, epochs in monitor.profiles.items()}
+    merged = merge_ranks(ranks)
+    context = context_from_config(config, device=device)
+    diagnosis = diagnose(merged, monitor.data_ops, config.profile, context)
+    elapsed, throughput = 0.0, []
+    for m in monitor.epoch_metrics:
+        elapsed += m["epoch_seconds"]
+        throughput.append({"time_s": elapsed, "samples_per_s": m["samples_per_second"],
+                           "epoch": m["epoch"]})
+    save_profile(output, ranks=ranks, merged=merged, data_ops=monitor.data_ops,
+                 throughput=throughput, context=context, events=monitor.events,
+                 diagnosis=diagnosis)
+    write_artifacts(output, load_profile(output), diagnosis)
+    return summary_fields(merged, diagnosis)
+
+
+def _sum_transfer(per_rank: dict[int, dict]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for stats in per_rank.values():
+        for key, value in stats.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[key] = out.get(key, 0) + value
+            else:
+                out.setdefault(key, value)
+    return out
 
 
 def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
@@ -55,7 +115,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         num_workers=config.train.num_workers, cpus_per_worker=config.train.cpus_per_worker,
         use_gpu=config.train.use_gpu, data_min_actors=config.data.concurrency[0],
         cpus_per_actor=config.data.cpus_per_actor)
-    backend = choose_backend(config, plan.use_gpu)
+    backend, backend_reason = choose_backend(config.collective, plan.use_gpu)
+    network = nccl_advice(config)
     console.print(f"[bold]plan[/]: {plan.train_cpus:g} CPUs for {config.train.num_workers} Train "
                   f"workers, {plan.data_cpus:g} for preprocessing; {plan.gpu_reason}; "
                   f"backend {backend}")
@@ -76,7 +137,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         torch_config=TorchConfig(backend=backend, timeout_s=int(config.collective.timeout_s)),
         scaling_config=ScalingConfig(num_workers=config.train.num_workers, use_gpu=plan.use_gpu,
                                      resources_per_worker={"CPU": config.train.cpus_per_worker}),
-        run_config=RunConfig(name="train", storage_path=str(output.resolve() / "ray")),
+        run_config=RunConfig(name="train", storage_path=str(output.resolve() / "ray"),
+                             worker_runtime_env={"env_vars": network["env"]}),
         datasets=datasets,
         dataset_config=DataConfig(execution_options=ExecutionOptions(
             resource_limits=ExecutionResources(cpu=plan.data_cpus))),
@@ -109,12 +171,20 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         "train_loss": final.get("train_loss"),
         "ray_address": ray_address,
         "backend": backend,
+        "collective": {"backend": backend, "reason": backend_reason, **network},
+        "transfer": _sum_transfer(monitor.transfer),
+        "straggler": final.get("straggler"),
         "plan": plan.as_dict(),
         "data": {"origin": data.origin, "classes": list(data.classes),
                  "num_train": data.num_train, "num_val": data.num_val},
         "bad_samples": len(bad),
         "checkpoint": str(checkpoint_dir) if result.checkpoint is not None else None,
     }
+    if monitor.profiles:
+        summary |= write_profile(config, output, monitor, device="cuda" if plan.use_gpu else "cpu")
+        console.print(f"[bold]diagnosis[/]: {summary['diagnosis']['verdict']}")
+        for advice in summary["diagnosis"]["advice"]:
+            console.print(f"  - {advice}")
     try:
         check_bad_fraction(len(bad), data.num_train + data.num_val,
                            config.data.max_bad_fraction, bad)

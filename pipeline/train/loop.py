@@ -20,8 +20,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from pipeline.collective import gather_step_times, straggler_summary, wrap_ddp
 from pipeline.config import Config
+from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.train.models import build_model
+from pipeline.transfer import DeviceFeeder, TransferStats
 
 logger = logging.getLogger(__name__)
 
@@ -49,22 +52,72 @@ def _device(use_gpu: bool) -> torch.device:
     return torch.device("cpu")
 
 
-def _to_device(batch: dict[str, Any], field: str, device: torch.device):
-    return torch.as_tensor(batch[field]).to(device), torch.as_tensor(batch["label"]).to(device)
+def _feeder(shard, spec: WorkerSpec, device: torch.device) -> DeviceFeeder:
+    """One epoch of the shard, host batches from Ray Data → device batches (transfer stage)."""
+    cfg = spec.config
+    batches = shard.iter_batches(batch_size=cfg.train.batch_size, batch_format="numpy",
+                                 prefetch_batches=cfg.data.prefetch_batches)
+    uint8 = ({"image": (cfg.data.mean, cfg.data.std)}
+             if cfg.transfer.ship_uint8 and spec.field == "image" else None)
+    return DeviceFeeder.from_config(batches, cfg.transfer, device=device, uint8_normalize=uint8,
+                                    timeout_s=cfg.data.stall_timeout_s)
 
 
 def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device) -> tuple[int, int]:
-    cfg = spec.config
     correct = total = 0
     model.eval()
-    with torch.no_grad():
-        for batch in shard.iter_batches(batch_size=cfg.train.batch_size, batch_format="numpy",
-                                        prefetch_batches=cfg.data.prefetch_batches):
-            x, y = _to_device(batch, spec.field, device)
-            correct += int((model(x).argmax(dim=1) == y).sum())
+    with torch.no_grad(), _feeder(shard, spec, device) as feeder:
+        for batch in feeder:
+            y = batch["label"]
+            correct += int((model(batch[spec.field]).argmax(dim=1) == y).sum())
             total += len(y)
     model.train()
     return correct, total
+
+
+def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProfiler,
+                 spec: WorkerSpec, epoch: int, device: torch.device) -> tuple[int, int, float]:
+    """One pass over the shard; every step is split into profiled phases.
+
+    ``h2d`` is the copy time the feeder spent on this step's batch, counted only up to the time
+    the step actually waited for it (``data_wait``): copies hidden behind compute cost nothing.
+    """
+    loss_fn = nn.CrossEntropyLoss()
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    samples = steps = 0
+    loss_sum = torch.zeros((), device=device)  # summed on device: no sync per step
+    last_push = time.perf_counter()
+    copy_s = 0.0
+    batches = iter(feeder)
+    while True:
+        waited = time.perf_counter()
+        with prof.span("data_wait"):
+            batch = next(batches, None)
+        if batch is None:
+            break
+        waited = time.perf_counter() - waited
+        copied = feeder.stats.copy_s
+        prof.add("h2d", min(copied - copy_s, waited), within="data_wait")
+        copy_s = copied
+        x, y = batch[spec.field], batch["label"]
+        with prof.span("forward"):
+            loss = loss_fn(ddp(x), y)
+        with prof.span("backward"):
+            loss.backward()
+        with prof.span("optimizer"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        prof.step_done(samples=len(y))
+        samples += len(y)
+        steps += 1
+        loss_sum += loss.detach()
+        now = time.perf_counter()
+        if rank == 0 and now - last_push >= PROGRESS_EVERY_S:
+            spec.reporter.push.remote({"type": "progress", "epoch": epoch,
+                                       "samples": samples * world})
+            last_push = now
+    return samples, steps, float(loss_sum)
 
 
 def _all_sum(values: list[float], device: torch.device) -> list[float]:
@@ -88,34 +141,23 @@ def train_loop(loop_config: dict[str, Any]) -> None:
 
     model = build_model(cfg.train.model, input_shape=spec.sample_shape,
                         num_classes=spec.num_classes).to(device)
-    ddp = (nn.parallel.DistributedDataParallel(model, device_ids=[device] if spec.use_gpu else None)
+    prof = StepProfiler.from_config(cfg.profile, rank=rank, device=device)
+    timing = ((lambda hook, state: timed_hook(hook, state, prof.comm_timer))
+              if prof.enabled else None)
+    ddp = (wrap_ddp(model, cfg.collective, device=device, hook_wrapper=timing)
            if dist.is_initialized() and world > 1 else model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.train.lr, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
     train_shard = ray.train.get_dataset_shard("train")
     val_shard = ray.train.get_dataset_shard("val") if spec.has_val else None
 
     metrics: dict[str, Any] = {}
+    transfer: TransferStats | None = None
     for epoch in range(cfg.train.epochs):
-        start = last_push = time.perf_counter()
-        samples = steps = 0
-        loss_sum = 0.0
-        for batch in train_shard.iter_batches(batch_size=cfg.train.batch_size,
-                                              batch_format="numpy",
-                                              prefetch_batches=cfg.data.prefetch_batches):
-            x, y = _to_device(batch, spec.field, device)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(ddp(x), y)
-            loss.backward()
-            optimizer.step()
-            samples += len(y)
-            steps += 1
-            loss_sum += float(loss.detach())
-            now = time.perf_counter()
-            if rank == 0 and now - last_push >= PROGRESS_EVERY_S:
-                spec.reporter.push.remote({"type": "progress", "epoch": epoch,
-                                           "samples": samples * world})
-                last_push = now
+        start = time.perf_counter()
+        with _feeder(train_shard, spec, device) as feeder:
+            samples, steps, loss_sum = _train_epoch(feeder, ddp, optimizer, prof, spec, epoch,
+                                                        device)
+        transfer = transfer.merged(feeder.stats) if transfer else feeder.stats
         wall = time.perf_counter() - start
         correct, total = _evaluate(model, val_shard, spec, device) if val_shard else (0, 0)
         g_samples, g_loss, g_steps, g_correct, g_total = _all_sum(
@@ -131,9 +173,19 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         if g_total:
             metrics["val_accuracy"] = g_correct / g_total
             metrics["val_samples"] = int(g_total)
-        spec.reporter.push.remote({"type": "epoch", "rank": rank, **metrics,
-                                   "rank_samples": samples, "rank_seconds": wall})
-        if epoch + 1 < cfg.train.epochs:
+        step_s = wall / max(steps, 1)
+        per_rank = gather_step_times(step_s, device=device) if world > 1 else {0: step_s}
+        metrics["straggler"] = straggler_summary(per_rank,
+                                                 straggler_ratio=cfg.profile.straggler_ratio)
+        last = epoch + 1 == cfg.train.epochs
+        spec.reporter.push.remote({
+            "type": "epoch", "rank": rank, **metrics, "rank_samples": samples,
+            "rank_seconds": wall, "transfer": transfer.as_dict(),
+            "profile": prof.epoch_summary() if prof.enabled else None,
+            # the timeline keeps the last epoch's steps; operator stats come from rank 0
+            "events": prof.trace_events() if prof.enabled and last else None,
+            "data_ops": operator_stats(train_shard.stats()) if rank == 0 else None})
+        if not last:
             ray.train.report(metrics)
 
     with tempfile.TemporaryDirectory() as tmp:

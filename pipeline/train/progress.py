@@ -20,6 +20,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
+_PER_RANK = ("type", "rank", "rank_samples", "rank_seconds", "transfer", "profile", "events",
+             "data_ops")
 
 
 class ProgressMonitor:
@@ -34,6 +36,10 @@ class ProgressMonitor:
         self.console = console
         self.epoch_records: dict[int, dict[int, dict]] = defaultdict(dict)
         self.epoch_metrics: list[dict] = []
+        self.transfer: dict[int, dict] = {}
+        self.profiles: dict[int, list[dict]] = defaultdict(list)  # rank → epoch summaries
+        self.events: dict[int, list[dict]] = {}
+        self.data_ops: list[dict] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
         self._progress = Progress(
@@ -78,12 +84,19 @@ class ProgressMonitor:
 
     def _on_epoch(self, record: dict) -> None:
         epoch = record["epoch"]
-        self.epoch_records[epoch][record["rank"]] = record
+        rank = record["rank"]
+        self.epoch_records[epoch][rank] = record
+        if record.get("profile"):
+            self.profiles[rank].append(record["profile"])
+        if record.get("events"):
+            self.events[rank] = record["events"]
+        if record.get("data_ops"):
+            self.data_ops = record["data_ops"]
         if len(self.epoch_records[epoch]) < self.world_size:
             return
         ranks = self.epoch_records[epoch]
-        merged = {k: v for k, v in ranks[0].items() if k not in ("type", "rank", "rank_samples",
-                                                                  "rank_seconds")}
+        self.transfer = {r: v["transfer"] for r, v in ranks.items()}  # cumulative per rank
+        merged = {k: v for k, v in ranks[0].items() if k not in _PER_RANK}
         merged["per_rank"] = {str(r): {"samples": v["rank_samples"], "seconds": v["rank_seconds"]}
                               for r, v in sorted(ranks.items())}
         self.epoch_metrics.append(merged)

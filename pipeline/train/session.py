@@ -2,7 +2,7 @@
 
 Order of precedence: ``--address``/``run.address``, then ``RAY_ADDRESS``, then a Ray the caller
 already initialised (embedding: used and left running), else a local Ray sized from this
-machine with the dashboard off, shut down when the run ends.
+machine with the dashboard on 127.0.0.1 only, shut down when the run ends.
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ def ray_session(address: str = "", num_cpus: int = 0) -> Iterator[RaySession]:
         mode = "joined"
     else:
         cpus = num_cpus or os.cpu_count() or 1
-        # Dashboard off: a local run exposes no HTTP port at all.
-        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=True)
+        # The dashboard serves Ray's state API (Ray Train polls it) and job submission; bind it
+        # to loopback so a local run exposes nothing to the network.
+        ray.init(num_cpus=cpus, include_dashboard=True, dashboard_host="127.0.0.1",
+                 log_to_driver=True)
         mode = "local"
     try:
         yield RaySession(ray.get_runtime_context().gcs_address, mode)

@@ -18,3 +18,6 @@ class TransferConfig:
         "auto", "page-lock the staging buffers: auto (when CUDA is present), true or false")
     ship_uint8: bool = option(False, "images travel as uint8 and are normalised on the device")
     min_pin_bytes: int = option(1 << 20, "batches smaller than this are not pinned", ge=0)
+    copy_threads: int = option(
+        0, "threads for the host copy of fields >= 4 MiB; 0 picks up to 8 from the CPU count",
+        ge=0)

@@ -98,7 +98,7 @@ class StagingPool:
     def view(self, slot: Slot, path: str, dtype: torch.dtype, shape: tuple[int, ...],
              batch_bytes: int) -> torch.Tensor:
         """A typed, contiguous view of ``slot``'s buffer for ``path``, grown if too small."""
-        nbytes = _numel(shape) * _itemsize(dtype)
+        nbytes = _numel(shape) * dtype.itemsize
         buf = slot.buffers.get(path)
         if buf is None or buf.numel() < nbytes:
             buf = self._grow(slot, path, nbytes, batch_bytes, replacing=buf)
@@ -136,7 +136,3 @@ class StagingPool:
 
 def _numel(shape: tuple[int, ...]) -> int:
     return int(np.prod(shape, dtype=np.int64)) if shape else 1
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()

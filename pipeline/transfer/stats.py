@@ -21,6 +21,9 @@ class TransferStats:
     """Payload bytes copied host → device (uint8 fields count as uint8)."""
     host_copies: int = 0
     """Copies from the caller's arrays into a staging slot (one per moved field per batch)."""
+    host_copy_bytes: int = 0
+    """Bytes written into staging, counted at each copy call; equals ``bytes`` when every byte
+    is copied exactly once on the host."""
     device_copies: int = 0
     """Copies out of a staging slot into device memory (on CPU this is a second memcpy)."""
     pool_allocations: int = 0
@@ -49,3 +52,15 @@ class TransferStats:
     def snapshot(self) -> TransferStats:
         """An independent copy."""
         return dataclasses.replace(self)
+
+    def merged(self, later: TransferStats) -> TransferStats:
+        """Totals over two feeders (e.g. two epochs); state fields come from ``later``."""
+        totals = {f.name: getattr(self, f.name) + getattr(later, f.name)
+                  for f in dataclasses.fields(self)
+                  if f.name not in _STATE and isinstance(getattr(self, f.name), (int, float))
+                  and not isinstance(getattr(self, f.name), bool)}
+        return dataclasses.replace(later, **totals)
+
+
+_STATE = ("pool_bytes", "pinned", "pin_reason", "device")
+

@@ -1,0 +1,34 @@
+"""Collective stage: topology detection, NCCL/RDMA advice, DDP overlap, bandwidth probe.
+
+Nothing here imports Ray except :mod:`pipeline.collective.cluster`, which imports it lazily.
+"""
+
+from pipeline.collective.advice import Advice, advise
+from pipeline.collective.backend import choose_backend
+from pipeline.collective.bench import classify_link, measure_collectives
+from pipeline.collective.config import CollectiveConfig
+from pipeline.collective.ddp import wrap_ddp
+from pipeline.collective.process_group import (
+    CollectiveTimeoutError,
+    collective_guard,
+    init_process_group,
+)
+from pipeline.collective.straggler import gather_step_times, straggler_summary
+from pipeline.collective.topology import Topology, detect_topology
+
+__all__ = [
+    "Advice",
+    "CollectiveConfig",
+    "CollectiveTimeoutError",
+    "Topology",
+    "advise",
+    "choose_backend",
+    "classify_link",
+    "collective_guard",
+    "detect_topology",
+    "gather_step_times",
+    "init_process_group",
+    "measure_collectives",
+    "straggler_summary",
+    "wrap_ddp",
+]

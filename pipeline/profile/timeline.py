@@ -1,0 +1,75 @@
+"""``timeline.json``: every rank's recent steps in Chrome trace-event format (Perfetto, chrome://tracing).
+
+Layout: one process per rank (``pid`` = rank, named "rank N"), one thread (track) per phase
+(``tid`` 1.. in :data:`~pipeline.profile._summary.PHASES` order; ``tid`` 0 holds whole steps),
+plus one process "preprocessing (Ray Data)" with a track per operator. Ray Data reports totals,
+not timestamps comparable across processes, so each operator is one event spanning the traced
+window with its rows, busy and blocked seconds in ``args``. Timestamps are rebased so the trace
+starts at 0; the Unix time of 0 is kept in ``otherData``. Ranks on different hosts line up to
+within their clocks' sync.
+
+Runs on the driver; pure apart from writing the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.profile._summary import PHASES
+
+_STEP_TRACK = "step"
+
+
+def build_trace(rank_events: Mapping[int, Sequence[Mapping[str, Any]]],
+                data_ops: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The trace as a dict: ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData"}``."""
+    ranks = sorted(int(r) for r in rank_events)
+    spans = [e for r in ranks for e in _events_of(rank_events, r)]
+    t0 = min((e["ts"] for e in spans), default=0.0)
+    t1 = max((e["ts"] + e.get("dur", 0.0) for e in spans), default=t0)
+    out: list[dict[str, Any]] = []
+    for rank in ranks:
+        out.append(_meta("process_name", rank, 0, {"name": f"rank {rank}"}))
+        out.append(_meta("process_sort_index", rank, 0, {"sort_index": rank}))
+        for tid, name in enumerate((_STEP_TRACK, *PHASES)):
+            out.append(_meta("thread_name", rank, tid, {"name": name}))
+            out.append(_meta("thread_sort_index", rank, tid, {"sort_index": tid}))
+    for event in spans:
+        out.append({**event, "ts": event["ts"] - t0})
+    if data_ops:
+        pid = (max(ranks) + 1) if ranks else 0
+        out.append(_meta("process_name", pid, 0, {"name": "preprocessing (Ray Data)"}))
+        out.append(_meta("process_sort_index", pid, 0, {"sort_index": pid}))
+        for tid, op in enumerate(data_ops):
+            name = str(op.get("operator", f"operator {tid}"))
+            out.append(_meta("thread_name", pid, tid, {"name": name}))
+            args = {k: op.get(k) for k in ("rows", "busy_s", "blocked_s", "tasks", "wall_s")}
+            out.append({"name": name, "ph": "X", "pid": pid, "tid": tid, "ts": 0.0,
+                        "dur": max(t1 - t0, 1.0), "cat": "preprocessing", "args": args})
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"unix_time_of_ts0_s": t0 / 1e6, "ranks": ranks}}
+
+
+def write_timeline(path: str | Path, rank_events: Mapping[int, Sequence[Mapping[str, Any]]],
+                   data_ops: Sequence[Mapping[str, Any]]) -> Path:
+    """Write :func:`build_trace` to ``path`` (e.g. ``RUN_DIR/timeline.json``); returns it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(build_trace(rank_events, data_ops)))
+    tmp.replace(path)  # readers never see half a file
+    return path
+
+
+def _events_of(rank_events: Mapping[Any, Sequence[Mapping[str, Any]]],
+               rank: int) -> list[dict[str, Any]]:
+    events = rank_events.get(rank, rank_events.get(str(rank), ()))
+    # The pid is forced to the rank the events were filed under, whatever the worker wrote.
+    return [{**e, "pid": rank} for e in events if "ts" in e]
+
+
+def _meta(kind: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
+    return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": args}
