@@ -121,6 +121,13 @@ def _convert(hint: Any, value: Any, path: str, errors: list[str]) -> Any:
         tip = f"; did you mean {close[0]}?" if close else ""
         errors.append(f"{_where(path)}: {value!r} is not one of {', '.join(map(str, allowed))}{tip}")
         return None
+    if origin is dict:
+        key_type, value_type = typing.get_args(hint)
+        if not isinstance(value, Mapping):
+            errors.append(f"{_where(path)}: expected a mapping, got {value!r}")
+            return None
+        return {_convert(key_type, k, f"{path}.<key {k!r}>", errors):
+                _convert(value_type, v, f"{path}.{k}", errors) for k, v in value.items()}
     if origin is tuple:
         args = typing.get_args(hint)
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):

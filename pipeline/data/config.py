@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pipeline.config.options import option, required
+from pipeline.config.placement import PlacementConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +58,8 @@ class DataConfig:
     concurrency: tuple[int, int] = option((1, 2), "[min, max] preprocessing actors (autoscaled)",
                                           ge=1)
     cpus_per_actor: float = option(1.0, "CPUs each preprocessing actor reserves", gt=0)
+    placement: PlacementConfig = field(default_factory=PlacementConfig, metadata={
+        "doc": "nodes the preprocessing actors run on (CPU nodes)"})
     batch_size: int = option(64, "rows per preprocessing batch (Ray Data map_batches)", ge=1)
     prefetch_batches: int = option(2, "CPU-side batches prefetched by each trainer's iterator",
                                    ge=0)

@@ -82,6 +82,7 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
         compute=ray.data.ActorPoolStrategy(min_size=low, max_size=high),
         num_cpus=config.cpus_per_actor,
         batch_format="numpy",
+        **config.placement.ray_options(),
     )
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pipeline.config.options import option
+from pipeline.config.placement import PlacementConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,6 +18,8 @@ class TrainConfig:
                                                      "cluster has them")
     cpus_per_worker: float = option(1.0, "CPUs each Train worker reserves; the rest of the "
                                          "cluster is left to preprocessing", gt=0)
+    placement: PlacementConfig = field(default_factory=PlacementConfig, metadata={
+        "doc": "nodes the Train workers run on (GPU nodes)"})
     model: str = option("cnn", "built-in model (cnn, mlp) or 'module:factory' returning an "
                                "nn.Module; called with input_shape=..., num_classes=...")
     epochs: int = option(5, "passes over the training split", ge=1)

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from pipeline.collective import choose_backend
 from pipeline.config import Config
+from pipeline.config.placement import PlacementConfig
 from pipeline.data import build_datasets
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
 from pipeline.train.loop import WorkerSpec, train_loop
@@ -34,6 +35,21 @@ def _on_this_node() -> dict[str, Any]:
 
     node = ray.get_runtime_context().get_node_id()
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=False)}
+
+
+def pool_cpus(placement: PlacementConfig) -> float | None:
+    """CPUs of the alive nodes a placement selects; None when it selects the whole cluster."""
+    import ray
+
+    if not placement.labels and not placement.resources:
+        return None
+    total = 0.0
+    for node in ray.nodes():
+        labels, resources = node.get("Labels") or {}, node.get("Resources") or {}
+        if (node.get("Alive") and all(labels.get(k) == v for k, v in placement.labels.items())
+                and all(k in resources for k in placement.resources)):
+            total += resources.get("CPU", 0.0)
+    return total
 
 
 def nccl_advice(config: Config) -> dict[str, Any]:
@@ -114,7 +130,9 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         cluster_cpus=resources.get("CPU", 0.0), cluster_gpus=resources.get("GPU", 0.0),
         num_workers=config.train.num_workers, cpus_per_worker=config.train.cpus_per_worker,
         use_gpu=config.train.use_gpu, data_min_actors=config.data.concurrency[0],
-        cpus_per_actor=config.data.cpus_per_actor)
+        cpus_per_actor=config.data.cpus_per_actor,
+        data_pool_cpus=pool_cpus(config.data.placement),
+        train_pool_cpus=pool_cpus(config.train.placement))
     backend, backend_reason = choose_backend(config.collective, plan.use_gpu)
     network = nccl_advice(config)
     console.print(f"[bold]plan[/]: {plan.train_cpus:g} CPUs for {config.train.num_workers} Train "
@@ -135,8 +153,11 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         train_loop,
         train_loop_config={"spec": spec},
         torch_config=TorchConfig(backend=backend, timeout_s=int(config.collective.timeout_s)),
-        scaling_config=ScalingConfig(num_workers=config.train.num_workers, use_gpu=plan.use_gpu,
-                                     resources_per_worker={"CPU": config.train.cpus_per_worker}),
+        scaling_config=ScalingConfig(
+            num_workers=config.train.num_workers, use_gpu=plan.use_gpu,
+            resources_per_worker={"CPU": config.train.cpus_per_worker,
+                                  **config.train.placement.resources},
+            label_selector=dict(config.train.placement.labels) or None),
         run_config=RunConfig(name="train", storage_path=str(output.resolve() / "ray"),
                              worker_runtime_env={"env_vars": network["env"]}),
         datasets=datasets,

@@ -31,8 +31,14 @@ class ResourcePlan:
 
 def plan_resources(*, cluster_cpus: float, cluster_gpus: float, num_workers: int,
                    cpus_per_worker: float, use_gpu: bool | str, data_min_actors: int,
-                   cpus_per_actor: float) -> ResourcePlan:
-    """Split the cluster between Train workers and preprocessing, or raise :class:`PlanError`."""
+                   cpus_per_actor: float, data_pool_cpus: float | None = None,
+                   train_pool_cpus: float | None = None) -> ResourcePlan:
+    """Split the cluster between Train workers and preprocessing, or raise :class:`PlanError`.
+
+    ``data_pool_cpus`` / ``train_pool_cpus`` are the CPUs of the nodes each stage's placement
+    selects (None: the whole cluster). When both are given the stages live on separate nodes
+    and training CPUs are not taken out of preprocessing's budget.
+    """
     if use_gpu == "auto":
         gpu = cluster_gpus >= num_workers > 0 and cluster_gpus > 0
         reason = (f"auto: cluster has {cluster_gpus:g} GPU(s) for {num_workers} worker(s)"
@@ -44,8 +50,23 @@ def plan_resources(*, cluster_cpus: float, cluster_gpus: float, num_workers: int
                             f"for train.num_workers ({num_workers}); lower train.num_workers to "
                             f"{int(cluster_gpus)} or set train.use_gpu: auto")
     train_cpus = num_workers * cpus_per_worker
-    data_cpus = cluster_cpus - train_cpus
+    if train_pool_cpus is not None and train_pool_cpus < train_cpus:
+        raise PlanError(f"train.placement selects nodes with {train_pool_cpus:g} CPUs, fewer than "
+                        f"train.num_workers ({num_workers}) x train.cpus_per_worker "
+                        f"({cpus_per_worker:g}) = {train_cpus:g}; add training nodes or lower "
+                        f"those numbers")
     need = data_min_actors * cpus_per_actor
+    if data_pool_cpus is not None and train_pool_cpus is not None:
+        data_cpus = data_pool_cpus
+        if data_cpus < need:
+            raise PlanError(f"data.placement selects nodes with {data_cpus:g} CPUs, fewer than "
+                            f"data.concurrency min ({data_min_actors}) x data.cpus_per_actor "
+                            f"({cpus_per_actor:g}) = {need:g}; add preprocessing nodes or "
+                            f"lower those numbers")
+        return ResourcePlan(cluster_cpus=cluster_cpus, train_cpus=train_cpus,
+                            data_cpus=data_cpus, data_min_cpus=need, use_gpu=gpu,
+                            gpu_reason=reason)
+    data_cpus = (data_pool_cpus if data_pool_cpus is not None else cluster_cpus) - train_cpus
     if data_cpus < need:
         fit = max(0.0, cluster_cpus - need) / num_workers
         raise PlanError(

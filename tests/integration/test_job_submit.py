@@ -54,10 +54,10 @@ def stop_cluster(temp_dir: str) -> None:
             time.sleep(0.5)
 
 
-@pytest.fixture
-def head_cluster(tmp_path):
+@pytest.fixture(scope="module")
+def head_cluster(tmp_path_factory):
     temp_dir = tempfile.mkdtemp(prefix="/tmp/flr")  # short: Ray's socket paths have a length cap
-    token = tmp_path / "auth_token"
+    token = tmp_path_factory.mktemp("auth") / "auth_token"
     token.write_text(uuid.uuid4().hex)
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")

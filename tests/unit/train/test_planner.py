@@ -46,3 +46,20 @@ def test_gpu_auto_and_forced():
     assert not plan(cluster_gpus=1).use_gpu  # fewer GPUs than workers: train on CPU
     with pytest.raises(PlanError, match="train.use_gpu is true but the cluster has 1 GPU"):
         plan(cluster_gpus=1, use_gpu=True)
+
+
+def test_separate_node_pools_do_not_share_cpus():
+    p = plan(cluster_cpus=7, data_pool_cpus=4, train_pool_cpus=2)
+    assert (p.train_cpus, p.data_cpus) == (2, 4)
+
+
+def test_pool_too_small_names_the_placement():
+    with pytest.raises(PlanError, match=r"train.placement selects nodes with 1 CPUs"):
+        plan(train_pool_cpus=1)
+    with pytest.raises(PlanError, match=r"data.placement selects nodes with 0 CPUs"):
+        plan(data_pool_cpus=0, train_pool_cpus=4)
+
+
+def test_only_data_placed_still_subtracts_training():
+    # Train workers may land on the preprocessing nodes, so their CPUs are not preprocessing's.
+    assert plan(data_pool_cpus=4).data_cpus == 2

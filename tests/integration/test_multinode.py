@@ -1,0 +1,29 @@
+"""Placement on a simulated multi-node cluster: preprocessing on CPU nodes, training elsewhere."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(600)
+def test_each_stage_runs_on_its_own_nodes(tmp_path):
+    # Its own process: a driver can join one Ray at a time and the session's Ray is in this one.
+    out = subprocess.run([sys.executable, str(ROOT / "tests/integration/multinode_run.py"),
+                          str(tmp_path / "run")], capture_output=True, text=True, timeout=560,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-4000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    readers = [a for a in report["actors"] if "MapWorker" in a["class"]]
+    trainers = [a for a in report["actors"] if a["class"] == "RayTrainWorker"]
+    assert len(readers) >= 2 and len(trainers) == 2, report["actors"]
+    assert {a["node"] for a in readers} <= set(report["pre_nodes"])
+    assert {a["node"] for a in trainers} == {report["train_node"]}
+    summary = report["summary"]
+    assert summary["status"] == "succeeded"
+    assert summary["samples"] == summary["data"]["num_train"]
+    assert summary["plan"]["data_cpus"] == 4  # both preprocessing nodes, no training CPUs taken
