@@ -76,7 +76,8 @@ def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device) -
 
 
 def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProfiler,
-                 spec: WorkerSpec, epoch: int, device: torch.device) -> tuple[int, int, float]:
+                 spec: WorkerSpec, epoch: int,
+                 device: torch.device) -> tuple[int, int, float, float]:
     """One pass over the shard; every step is split into profiled phases.
 
     ``h2d`` is the copy time the feeder spent on this step's batch, counted only up to the time
@@ -90,15 +91,15 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
     last_push = time.perf_counter()
     copy_s = 0.0
     batches = iter(feeder)
-    while True:
-        waited = time.perf_counter()
-        with prof.span("data_wait"):
-            batch = next(batches, None)
-        if batch is None:
-            break
-        waited = time.perf_counter() - waited
+    # The first batch of an epoch waits for Ray Data to start (actors, first blocks): reported
+    # as first_batch_s, kept out of the steady-state step profile the diagnosis reads.
+    waited = time.perf_counter()
+    batch = next(batches, None)
+    first_batch_s = waited = time.perf_counter() - waited
+    while batch is not None:
         copied = feeder.stats.copy_s
-        prof.add("h2d", min(copied - copy_s, waited), within="data_wait")
+        if steps:
+            prof.add("h2d", min(copied - copy_s, waited), within="data_wait")
         copy_s = copied
         x, y = batch[spec.field], batch["label"]
         with prof.span("forward"):
@@ -117,7 +118,11 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
             spec.reporter.push.remote({"type": "progress", "epoch": epoch,
                                        "samples": samples * world})
             last_push = now
-    return samples, steps, float(loss_sum)
+        waited = time.perf_counter()
+        with prof.span("data_wait"):
+            batch = next(batches, None)
+        waited = time.perf_counter() - waited
+    return samples, steps, float(loss_sum), first_batch_s
 
 
 def _all_sum(values: list[float], device: torch.device) -> list[float]:
@@ -155,7 +160,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     for epoch in range(cfg.train.epochs):
         start = time.perf_counter()
         with _feeder(train_shard, spec, device) as feeder:
-            samples, steps, loss_sum = _train_epoch(feeder, ddp, optimizer, prof, spec, epoch,
+            samples, steps, loss_sum, first_batch_s = _train_epoch(feeder, ddp, optimizer, prof, spec, epoch,
                                                         device)
         transfer = transfer.merged(feeder.stats) if transfer else feeder.stats
         wall = time.perf_counter() - start
@@ -168,6 +173,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             "steps": steps,
             "train_loss": g_loss / max(g_steps, 1),
             "epoch_seconds": wall,
+            "first_batch_seconds": first_batch_s,
             "samples_per_second": g_samples / wall if wall > 0 else 0.0,
         }
         if g_total:
