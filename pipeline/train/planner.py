@@ -68,13 +68,15 @@ def plan_resources(*, cluster_cpus: float, cluster_gpus: float, num_workers: int
                             gpu_reason=reason)
     data_cpus = (data_pool_cpus if data_pool_cpus is not None else cluster_cpus) - train_cpus
     if data_cpus < need:
-        fit = max(0.0, cluster_cpus - need) / num_workers
+        fit = max(0.0, (data_pool_cpus or cluster_cpus) - need) / num_workers
+        lower_per_worker = (f"lower train.cpus_per_worker to {fit:.2g} or less, " if fit > 0
+                            else "")
         raise PlanError(
             f"plan starves preprocessing: train.num_workers ({num_workers}) x "
             f"train.cpus_per_worker ({cpus_per_worker:g}) = {train_cpus:g} of the cluster's "
             f"{cluster_cpus:g} CPUs, leaving {max(data_cpus, 0):g} for data.concurrency min "
             f"({data_min_actors}) x data.cpus_per_actor ({cpus_per_actor:g}) = {need:g}. "
-            f"Lower train.cpus_per_worker to {fit:g} or less, lower train.num_workers, lower "
-            f"data.cpus_per_actor, or add CPUs to the cluster")
+            f"To fix: {lower_per_worker}lower train.num_workers, lower data.cpus_per_actor, or "
+            f"add CPUs to the cluster")
     return ResourcePlan(cluster_cpus=cluster_cpus, train_cpus=train_cpus, data_cpus=data_cpus,
                         data_min_cpus=need, use_gpu=gpu, gpu_reason=reason)

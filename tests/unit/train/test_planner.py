@@ -20,7 +20,7 @@ def test_starving_plan_names_the_numbers_to_change():
     message = str(info.value)
     assert "train.num_workers (2) x train.cpus_per_worker (1) = 2 of the cluster's 2 CPUs" in message
     assert "leaving 0 for data.concurrency min (1)" in message
-    assert "Lower train.cpus_per_worker to 0.5 or less" in message
+    assert "To fix: lower train.cpus_per_worker to 0.5 or less" in message
 
 
 def test_half_cpu_workers_fit_a_two_core_machine():
