@@ -18,12 +18,21 @@ import ray
 class QuarantineLog:
     """Collects ``{id, source, stage, error_type, message}`` records; lives on the driver node."""
 
-    def __init__(self):
+    def __init__(self, run: str = "run"):
+        from pipeline.profile.metrics import bad_samples_counter
+
         self._records: dict[int, dict[str, Any]] = {}
+        self._counter = bad_samples_counter()
+        self._tags = {"run": run}
 
     def add(self, records: list[dict[str, Any]]) -> None:
+        new = 0
         for record in records:  # a re-executed task reports the same id again: keep one
-            self._records.setdefault(int(record["id"]), record)
+            if int(record["id"]) not in self._records:
+                self._records[int(record["id"])] = record
+                new += 1
+        if new:
+            self._counter.inc(new, tags=self._tags)
 
     def count(self) -> int:
         return len(self._records)

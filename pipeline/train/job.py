@@ -139,7 +139,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                   f"workers, {plan.data_cpus:g} for preprocessing; {plan.gpu_reason}; "
                   f"backend {backend}")
 
-    quarantine = QuarantineLog.options(**_on_this_node()).remote()
+    quarantine = QuarantineLog.options(**_on_this_node()).remote(config.run.name)
     reporter = RunReporter.options(**_on_this_node()).remote()
     data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
                           quarantine=quarantine)

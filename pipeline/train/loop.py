@@ -23,6 +23,7 @@ from torch import nn
 from pipeline.collective import gather_step_times, straggler_summary, wrap_ddp
 from pipeline.config import Config
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
+from pipeline.profile.metrics import TrainMetrics
 from pipeline.train.models import build_model
 from pipeline.transfer import DeviceFeeder, TransferStats
 
@@ -76,7 +77,7 @@ def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device) -
 
 
 def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProfiler,
-                 spec: WorkerSpec, epoch: int,
+                 metrics: TrainMetrics, spec: WorkerSpec, epoch: int,
                  device: torch.device) -> tuple[int, int, float, float]:
     """One pass over the shard; every step is split into profiled phases.
 
@@ -90,17 +91,18 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
     loss_sum = torch.zeros((), device=device)  # summed on device: no sync per step
     last_push = time.perf_counter()
     copy_s = 0.0
+    moved = 0
     batches = iter(feeder)
     # The first batch of an epoch waits for Ray Data to start (actors, first blocks): reported
     # as first_batch_s, kept out of the steady-state step profile the diagnosis reads.
-    waited = time.perf_counter()
+    step_start = time.perf_counter()
     batch = next(batches, None)
-    first_batch_s = waited = time.perf_counter() - waited
+    first_batch_s = waited = time.perf_counter() - step_start
     while batch is not None:
-        copied = feeder.stats.copy_s
+        stats = feeder.stats
         if steps:
-            prof.add("h2d", min(copied - copy_s, waited), within="data_wait")
-        copy_s = copied
+            prof.add("h2d", min(stats.copy_s - copy_s, waited), within="data_wait")
+        copy_s = stats.copy_s
         x, y = batch[spec.field], batch["label"]
         with prof.span("forward"):
             loss = loss_fn(ddp(x), y)
@@ -110,10 +112,13 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         prof.step_done(samples=len(y))
+        now = time.perf_counter()
+        metrics.step(samples=len(y), step_s=now - step_start, wait_s=waited,
+                     h2d_bytes=stats.bytes - moved)
+        step_start, moved = now, stats.bytes
         samples += len(y)
         steps += 1
         loss_sum += loss.detach()
-        now = time.perf_counter()
         if rank == 0 and now - last_push >= PROGRESS_EVERY_S:
             spec.reporter.push.remote({"type": "progress", "epoch": epoch,
                                        "samples": samples * world})
@@ -147,6 +152,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     model = build_model(cfg.train.model, input_shape=spec.sample_shape,
                         num_classes=spec.num_classes).to(device)
     prof = StepProfiler.from_config(cfg.profile, rank=rank, device=device)
+    gauges = TrainMetrics(cfg.run.name, rank)
     timing = ((lambda hook, state: timed_hook(hook, state, prof.comm_timer))
               if prof.enabled else None)
     ddp = (wrap_ddp(model, cfg.collective, device=device, hook_wrapper=timing)
@@ -160,8 +166,10 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     for epoch in range(cfg.train.epochs):
         start = time.perf_counter()
         with _feeder(train_shard, spec, device) as feeder:
-            samples, steps, loss_sum, first_batch_s = _train_epoch(feeder, ddp, optimizer, prof, spec, epoch,
+            samples, steps, loss_sum, first_batch_s = _train_epoch(feeder, ddp, optimizer, prof, gauges, spec,
+                                                                   epoch,
                                                         device)
+        gauges.flush()
         transfer = transfer.merged(feeder.stats) if transfer else feeder.stats
         wall = time.perf_counter() - start
         correct, total = _evaluate(model, val_shard, spec, device) if val_shard else (0, 0)
