@@ -12,6 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${RAY_ADDRESS:?set RAY_ADDRESS to the cluster's job server, e.g. http://127.0.0.1:8265}"
+# The Ray 2.60 client sends the token only in token mode.
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
 exec ray job submit --address "$RAY_ADDRESS" --working-dir . \
   --runtime-env-json '{"excludes": ["runs/", ".git/"]}' \
   -- pipeline run examples/quickstart.yaml "$@"

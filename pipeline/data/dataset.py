@@ -43,6 +43,7 @@ class DataPlan:
     num_train: int
     num_val: int
     origin: str
+    train_ids: Any = None  # np.ndarray of the training split's ids, when known on the driver
 
 
 def plan_source(config: DataConfig) -> tuple[SourcePlan, ReaderSpec]:
@@ -101,12 +102,14 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False,
         train_spec = replace(spec, keep_ids=(config.val_fraction, config.seed, False))
         val_spec = replace(spec, keep_ids=(config.val_fraction, config.seed, True))
         total = int(counts.sum())
+        train_ids = None
         if spec.id_column:  # the split depends on ids we only see in the workers: estimate
             num_val = int(round(total * config.val_fraction))
         else:
             ids = np.concatenate([np.arange(s, s + n) for s, n in
-                                  zip(manifest.column("id").to_numpy(), counts)])
-            num_val = int(validation_mask(ids, config.val_fraction, config.seed).sum())
+                                  zip(manifest.column("id").to_numpy(), counts, strict=True)])
+            is_val = validation_mask(ids, config.val_fraction, config.seed)
+            num_val, train_ids = int(is_val.sum()), ids[~is_val]
         train = _read(manifest, train_spec, config, quarantine, rows_per_block)
         val = (_read(manifest, val_spec, config, quarantine, rows_per_block)
                if config.val_fraction > 0 else None)
@@ -123,10 +126,12 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False,
         height, width = config.image_size
         shape, field = (config.channels, height, width), "image"
         num_train, num_val = train_manifest.num_rows, val_manifest.num_rows
+        train_ids = train_manifest.column("id").to_numpy()
     if num_train == 0:
         raise ValueError(f"data.val_fraction ({config.val_fraction}) leaves no training samples "
                          f"from {plan.origin}; lower it")
     return DataPlan(train=train, val=val, classes=plan.classes, field=field,
-                    sample_shape=shape, num_train=num_train, num_val=num_val, origin=plan.origin)
+                    sample_shape=shape, num_train=num_train, num_val=num_val, origin=plan.origin,
+                    train_ids=train_ids)
 
 

@@ -20,6 +20,7 @@ from pipeline.collective import choose_backend
 from pipeline.config import Config
 from pipeline.config.placement import PlacementConfig
 from pipeline.data import build_datasets
+from pipeline.data.accounting import account_epoch
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
 from pipeline.train.loop import WorkerSpec, train_loop
 from pipeline.train.planner import plan_resources
@@ -180,6 +181,11 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     final = monitor.epoch_metrics[-1] if monitor.epoch_metrics else dict(result.metrics or {})
     samples = sum(m["samples"] for m in monitor.epoch_metrics)
     train_seconds = sum(m["epoch_seconds"] for m in monitor.epoch_metrics)
+    quarantined = [r["id"] for r in bad]
+    accounting = ([account_epoch(data.train_ids, monitor.delivered[e], quarantined=quarantined,
+                                 world_size=config.train.num_workers)
+                   | {"epoch": e} for e in sorted(monitor.delivered)]
+                  if data.train_ids is not None else [])
     summary = {
         "status": "succeeded",
         "name": config.run.name,
@@ -199,6 +205,9 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         "data": {"origin": data.origin, "classes": list(data.classes),
                  "num_train": data.num_train, "num_val": data.num_val},
         "bad_samples": len(bad),
+        "accounting": accounting,
+        "exactly_once": (all(a["lost"] == 0 and a["duplicated"] == 0 for a in accounting)
+                         if accounting else None),
         "checkpoint": str(checkpoint_dir) if result.checkpoint is not None else None,
     }
     if monitor.profiles:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -78,7 +79,7 @@ def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device) -
 
 def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProfiler,
                  metrics: TrainMetrics, spec: WorkerSpec, epoch: int,
-                 device: torch.device) -> tuple[int, int, float, float]:
+                 device: torch.device) -> tuple[int, int, float, float, np.ndarray]:
     """One pass over the shard; every step is split into profiled phases.
 
     ``h2d`` is the copy time the feeder spent on this step's batch, counted only up to the time
@@ -92,6 +93,7 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
     last_push = time.perf_counter()
     copy_s = 0.0
     moved = 0
+    ids = []  # device tensors; one copy to the host at the end of the epoch, not one per step
     batches = iter(feeder)
     # The first batch of an epoch waits for Ray Data to start (actors, first blocks): reported
     # as first_batch_s, kept out of the steady-state step profile the diagnosis reads.
@@ -104,6 +106,7 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
             prof.add("h2d", min(stats.copy_s - copy_s, waited), within="data_wait")
         copy_s = stats.copy_s
         x, y = batch[spec.field], batch["label"]
+        ids.append(batch["id"])
         with prof.span("forward"):
             loss = loss_fn(ddp(x), y)
         with prof.span("backward"):
@@ -127,7 +130,8 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
         with prof.span("data_wait"):
             batch = next(batches, None)
         waited = time.perf_counter() - waited
-    return samples, steps, float(loss_sum), first_batch_s
+    seen = torch.cat(ids).cpu().numpy() if ids else np.empty(0, np.int64)
+    return samples, steps, float(loss_sum), first_batch_s, seen
 
 
 def _all_sum(values: list[float], device: torch.device) -> list[float]:
@@ -166,7 +170,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     for epoch in range(cfg.train.epochs):
         start = time.perf_counter()
         with _feeder(train_shard, spec, device) as feeder:
-            samples, steps, loss_sum, first_batch_s = _train_epoch(feeder, ddp, optimizer, prof, gauges, spec,
+            samples, steps, loss_sum, first_batch_s, seen = _train_epoch(feeder, ddp, optimizer, prof, gauges, spec,
                                                                    epoch,
                                                         device)
         gauges.flush()
@@ -194,7 +198,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         last = epoch + 1 == cfg.train.epochs
         spec.reporter.push.remote({
             "type": "epoch", "rank": rank, **metrics, "rank_samples": samples,
-            "rank_seconds": wall, "transfer": transfer.as_dict(),
+            "rank_seconds": wall, "transfer": transfer.as_dict(), "ids": seen,
             "profile": prof.epoch_summary() if prof.enabled else None,
             # the timeline keeps the last epoch's steps; operator stats come from rank 0
             "events": prof.trace_events() if prof.enabled and last else None,

@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
 _PER_RANK = ("type", "rank", "rank_samples", "rank_seconds", "transfer", "profile", "events",
-             "data_ops")
+             "data_ops", "ids")
 
 
 class ProgressMonitor:
@@ -40,6 +40,7 @@ class ProgressMonitor:
         self.profiles: dict[int, list[dict]] = defaultdict(list)  # rank → epoch summaries
         self.events: dict[int, list[dict]] = {}
         self.data_ops: list[dict] = []
+        self.delivered: dict[int, list] = defaultdict(list)  # epoch → each rank's sample ids
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
         self._progress = Progress(
@@ -92,6 +93,7 @@ class ProgressMonitor:
             self.events[rank] = record["events"]
         if record.get("data_ops"):
             self.data_ops = record["data_ops"]
+        self.delivered[epoch].append(record["ids"])
         if len(self.epoch_records[epoch]) < self.world_size:
             return
         ranks = self.epoch_records[epoch]
