@@ -32,6 +32,7 @@ def summary_table(summary: dict) -> Table:
 
 def main(args: argparse.Namespace) -> int:
     from pipeline.api import run
+    from pipeline.data.reader import BadSampleThresholdError
     from pipeline.train import PlanError
 
     console = Console(stderr=True, soft_wrap=True)
@@ -49,6 +50,9 @@ def main(args: argparse.Namespace) -> int:
     except PlanError as exc:
         console.print(f"[red]plan refused[/]: {exc}")
         return 3
+    except BadSampleThresholdError as exc:
+        console.print(f"[red]run stopped[/]: {exc}")
+        return 1
     Console().print(summary_table(result.summary))
     console.print(f"results in {result.output}")
     return 0

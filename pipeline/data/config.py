@@ -67,6 +67,10 @@ class DataConfig:
                                            "stops with an error instead of hanging", gt=0)
     max_bad_fraction: float = option(0.05, "stop the run when more than this share of samples "
                                            "fail to decode", ge=0, le=1)
+    max_consecutive_bad: int = option(20, "stop the run after this many bad samples in a row "
+                                          "(a broken mount, not a few bad files)", ge=1)
+    sample_timeout_s: float = option(10.0, "a sample whose read and decode takes longer is "
+                                           "quarantined", gt=0)
 
     def check(self) -> list[str]:
         errors = []

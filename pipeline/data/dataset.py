@@ -49,13 +49,16 @@ class DataPlan:
 def plan_source(config: DataConfig) -> tuple[SourcePlan, ReaderSpec]:
     """Plan the configured source on the driver (lists files / reads parquet metadata)."""
     source = config.source
+    limits = dict(max_bad_fraction=config.max_bad_fraction,
+                  max_consecutive_bad=config.max_consecutive_bad,
+                  sample_timeout_s=config.sample_timeout_s)
     common = dict(image_size=config.image_size, channels=config.channels, mean=config.mean,
-                  std=config.std, transform=config.transform)
+                  std=config.std, transform=config.transform, **limits)
     if isinstance(source, ParquetSource):
         plan, features = plan_parquet(source)
         return plan, ReaderSpec(kind="table", origin=plan.origin, features=features,
                                 label_column=source.label_column, id_column=source.id_column,
-                                transform=config.transform)
+                                transform=config.transform, **limits)
     if isinstance(source, DigitsSource):
         plan = plan_digits(source.cache_dir)
     elif isinstance(source, ImageFolderSource):

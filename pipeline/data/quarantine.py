@@ -24,6 +24,7 @@ class QuarantineLog:
         self._records: dict[int, dict[str, Any]] = {}
         self._counter = bad_samples_counter()
         self._tags = {"run": run}
+        self._failure = ""
 
     def add(self, records: list[dict[str, Any]]) -> None:
         new = 0
@@ -33,6 +34,14 @@ class QuarantineLog:
                 new += 1
         if new:
             self._counter.inc(new, tags=self._tags)
+
+    def fail(self, message: str) -> None:
+        """A reader hit a threshold; keep the first message so the driver can report it whole
+        (Ray truncates worker tracebacks in the error it raises on the driver)."""
+        self._failure = self._failure or message
+
+    def failure(self) -> str:
+        return self._failure
 
     def count(self) -> int:
         return len(self._records)
@@ -49,8 +58,10 @@ def write_quarantine(records: list[dict[str, Any]], path: Path) -> None:
 
 def check_bad_fraction(count: int, total: int, limit: float, records: list[dict[str, Any]]) -> None:
     """Raise when more than ``limit`` of the samples were bad, naming the first offenders."""
+    from pipeline.data.reader import BadSampleThresholdError
+
     if total and count / total > limit:
         first = ", ".join(f"{r['source']} ({r['error_type']}: {r['message']})" for r in records[:3])
-        raise RuntimeError(f"data.max_bad_fraction ({limit}) exceeded: {count} of {total} samples "
+        raise BadSampleThresholdError(f"data.max_bad_fraction ({limit}) exceeded: {count} of {total} samples "
                            f"({count / total:.1%}) could not be read; first: {first}. Fix or "
                            f"remove those files, or raise data.max_bad_fraction")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import io
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,18 @@ class ReaderSpec:
     label_column: str = "label"
     id_column: str = ""
     keep_ids: Any = None  # for tables: a (val_fraction, seed, want_val) split applied per row
+    max_bad_fraction: float = 1.0
+    max_consecutive_bad: int = 1 << 30
+    sample_timeout_s: float = float("inf")
+
+
+class BadSampleThresholdError(RuntimeError):
+    """Too many bad samples: the data, not a few files, is broken. Stops the run."""
+
+
+# A reader judges the bad fraction only after this many samples, so one bad file among the
+# first few does not stop a run.
+MIN_SAMPLES_FOR_FRACTION = 100
 
 
 class SampleReader:
@@ -65,6 +78,8 @@ class SampleReader:
     def __init__(self, spec: ReaderSpec, quarantine: Any = None):
         self.spec = spec
         self.quarantine = quarantine
+        self.seen = self.bad = self.consecutive_bad = self.longest_bad_run = 0
+        self.first_bad: list[dict[str, Any]] = []
         self.transform = load_callable(spec.transform, "data.transform") if spec.transform else None
         channels = spec.channels
         self._mean = np.asarray(spec.mean * (channels // len(spec.mean)), np.float32)[:, None, None]
@@ -90,11 +105,21 @@ class SampleReader:
     def _images(self, batch: Batch) -> tuple[Batch, list[dict[str, Any]]]:
         good, images, bad = [], [], []
         for i, path in enumerate(batch["path"]):
+            start = time.perf_counter()
             try:
-                images.append(self._decode(str(path)))
-                good.append(i)
+                image = self._decode(str(path))
             except (OSError, ValueError, SyntaxError) as exc:  # PIL raises these for bad files
                 bad.append(self._record(int(batch["id"][i]), str(path), "decode", exc))
+                continue
+            took = time.perf_counter() - start
+            if took > self.spec.sample_timeout_s:
+                bad.append(self._record(int(batch["id"][i]), str(path), "decode", TimeoutError(
+                    f"read and decode took {took:.1f} s > data.sample_timeout_s "
+                    f"({self.spec.sample_timeout_s:g})")))
+                continue
+            images.append(image)
+            good.append(i)
+            self.consecutive_bad = 0
         channels, (height, width) = self.spec.channels, self.spec.image_size
         stacked = (np.stack(images) if images
                    else np.empty((0, channels, height, width), np.uint8))
@@ -130,6 +155,8 @@ class SampleReader:
                 bad.append(self._record(int(row_ids[i]), f"{file}#row{i}", "validate",
                                         ValueError("NaN or infinite value in a feature column")))
             keep &= finite
+            if keep.any():  # table rows: a good row anywhere in the group ends the bad run
+                self.consecutive_bad = 0
             ids.append(row_ids[keep])
             labels.append(y[keep])
             features.append(x[keep])
@@ -142,8 +169,34 @@ class SampleReader:
     # -- common ---------------------------------------------------------------------------
 
     def _record(self, sample_id: int, source: str, stage: str, exc: BaseException) -> dict:
+        self.consecutive_bad += 1
+        self.longest_bad_run = max(self.longest_bad_run, self.consecutive_bad)
         return {"id": sample_id, "source": source, "stage": stage,
                 "error_type": type(exc).__name__, "message": str(exc)[:500]}
+
+    def _check_thresholds(self, good: int, bad: list[dict[str, Any]]) -> None:
+        """Count this batch; raise when the bad samples say the data itself is broken."""
+        spec = self.spec
+        self.seen += good + len(bad)
+        self.bad += len(bad)
+        self.first_bad.extend(bad[: max(0, 3 - len(self.first_bad))])
+        first = "; ".join(f"{r['source']} ({r['error_type']}: {r['message']})"
+                          for r in self.first_bad)
+        message = ""
+        if self.longest_bad_run > spec.max_consecutive_bad:
+            message = (f"data.max_consecutive_bad ({spec.max_consecutive_bad}) exceeded: "
+                       f"{self.longest_bad_run} bad samples in a row from {spec.origin}; "
+                       f"first: {first}")
+        elif (self.seen >= MIN_SAMPLES_FOR_FRACTION
+              and self.bad / self.seen > spec.max_bad_fraction):
+            message = (f"data.max_bad_fraction ({spec.max_bad_fraction}) exceeded: {self.bad} "
+                       f"of {self.seen} samples ({self.bad / self.seen:.1%}) from {spec.origin} "
+                       f"could not be read; first: {first}. Fix or remove those files, or raise "
+                       f"data.max_bad_fraction")
+        if message:
+            if self.quarantine is not None:
+                self.quarantine.fail.remote(message)
+            raise BadSampleThresholdError(message)
 
     def __call__(self, batch: Batch) -> Batch:
         out, bad = self._images(batch) if self.spec.kind == "image" else self._tables(batch)
@@ -151,6 +204,7 @@ class SampleReader:
             logger.warning("quarantined %d bad sample(s), first: %s", len(bad), bad[0])
             if self.quarantine is not None:
                 self.quarantine.add.remote(bad)
+        self._check_thresholds(len(out["id"]), bad)
         if self.transform is not None and len(out["id"]):
             out = self.transform(out)
             if not isinstance(out, dict) or "id" not in out:

@@ -21,6 +21,7 @@ from pipeline.config import Config
 from pipeline.config.placement import PlacementConfig
 from pipeline.data import build_datasets
 from pipeline.data.accounting import account_epoch
+from pipeline.data.reader import BadSampleThresholdError
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
 from pipeline.train.loop import WorkerSpec, train_loop
 from pipeline.train.planner import plan_resources
@@ -169,7 +170,14 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                          samples_per_epoch=data.num_train, world_size=config.train.num_workers,
                          metrics_path=output / "metrics.jsonl", console=console,
                          show=show_progress) as monitor:
-        result = trainer.fit()
+        try:
+            result = trainer.fit()
+        except Exception as exc:
+            # Ray truncates worker tracebacks; a threshold the readers hit is reported whole.
+            reason = ray.get(quarantine.failure.remote(), timeout=30)
+            if reason:
+                raise BadSampleThresholdError(reason) from exc
+            raise
     wall = time.perf_counter() - started
 
     bad = ray.get(quarantine.records.remote(), timeout=60)

@@ -7,6 +7,7 @@ import pytest
 from PIL import Image
 
 from pipeline.data import ReaderSpec, SampleReader
+from pipeline.data.reader import BadSampleThresholdError
 from pipeline.data.sources import plan_image_folder
 
 
@@ -95,3 +96,45 @@ def test_parquet_rows_split_and_nan_quarantined(tmp_path):
     train = SampleReader(replace(spec, keep_ids=(0.5, 0, False)))(batch)["id"]
     val = SampleReader(replace(spec, keep_ids=(0.5, 0, True)))(batch)["id"]
     assert sorted([*train.tolist(), *val.tolist()]) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+
+
+def test_consecutive_bad_samples_stop_the_run(image_folder):
+    for path in sorted((image_folder / "cat").iterdir()):
+        path.write_bytes(b"")
+    plan = plan_image_folder(image_folder)
+    spec = ReaderSpec(kind="image", origin=str(image_folder), image_size=(4, 4), channels=1,
+                      max_consecutive_bad=3)
+    with pytest.raises(BadSampleThresholdError,
+                       match=r"data.max_consecutive_bad \(3\) exceeded: 4 bad samples in a row .*"
+                             r"first: .*0.png \(ValueError: empty file"):
+        SampleReader(spec)(manifest_batch(plan))
+    # the same four bad files spread between good ones do not stop it
+    reader = SampleReader(replace(spec, max_consecutive_bad=1))
+    batch = manifest_batch(plan)
+    order = np.array([0, 4, 1, 5, 2, 6, 3, 7])
+    out = reader({k: v[order] for k, v in batch.items()})
+    assert len(out["id"]) == 4
+
+
+def test_bad_fraction_stops_the_run_after_enough_samples(tmp_path):
+    from tests.unit.data.conftest import write_folder
+
+    root = write_folder(tmp_path / "many", per_class=60, size=(4, 4))
+    for path in sorted((root / "cat").iterdir())[::6]:
+        path.write_bytes(b"junk")
+    plan = plan_image_folder(root)
+    spec = ReaderSpec(kind="image", origin="many", image_size=(4, 4), channels=1,
+                      max_bad_fraction=0.05)
+    with pytest.raises(BadSampleThresholdError, match=r"data.max_bad_fraction \(0.05\) exceeded: "
+                                                      r"10 of 120 samples \(8.3%\)"):
+        SampleReader(spec)(manifest_batch(plan))
+
+
+def test_slow_sample_is_quarantined_with_the_timeout(image_folder):
+    plan = plan_image_folder(image_folder)
+    sink = Sink()
+    spec = ReaderSpec(kind="image", origin="t", image_size=(4, 4), channels=1,
+                      sample_timeout_s=1e-9)
+    out = SampleReader(spec, quarantine=sink)(manifest_batch(plan))
+    assert len(out["id"]) == 0 and len(sink.records) == 8
+    assert "data.sample_timeout_s" in sink.records[0]["message"]
