@@ -35,12 +35,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from pipeline.collective import cluster
+    from pipeline.train.session import ray_session
 
     console = Console()
     sizes = size_sweep(args.max_size)
     config = CollectiveConfig(backend=args.backend)
     num_cpus = max(os.cpu_count() or 1, args.workers + 1)
-    with cluster.connect(args.address, num_cpus=num_cpus):
+    with ray_session(args.address, num_cpus, dashboard=False):
         run = cluster.run_bench(args.workers, config, sizes)
     peak = max((r for r in run.rows if r["op"] == "all_reduce"), key=lambda r: r["size_bytes"])
     link = classify_link(peak["busbw_GBps"], run.backend, run.topology,

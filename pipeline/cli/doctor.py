@@ -41,10 +41,11 @@ def main(args: argparse.Namespace) -> int:
 
 def _detect(address: str | None, root: str) -> list[Topology]:
     from pipeline.collective import cluster
+    from pipeline.train.session import ray_session
 
     if not cluster.ray_in_use(address):
         return [detect_topology(root)]
-    with cluster.connect(address):
+    with ray_session(address, dashboard=False):
         return cluster.detect_on_nodes(root)
 
 

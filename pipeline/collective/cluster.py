@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,29 +29,6 @@ logger = logging.getLogger(__name__)
 
 _DETECT_TIMEOUT_S = 120.0
 _ACTOR_START_TIMEOUT_S = 180.0
-
-
-@contextmanager
-def connect(address: str | None, *, num_cpus: int | None = None) -> Iterator[bool]:
-    """Use the running Ray, join ``address``/``RAY_ADDRESS``, or start a local one.
-
-    Yields True when Ray is in use through this call; only a Ray this call started or joined
-    is shut down (disconnected) afterwards, never one the caller already had.
-    """
-    import ray
-
-    if ray.is_initialized():
-        yield True
-        return
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    if address:
-        ray.init(address=address, configure_logging=False)
-    else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, configure_logging=False)
-    try:
-        yield True
-    finally:
-        ray.shutdown()
 
 
 def ray_in_use(address: str | None) -> bool:

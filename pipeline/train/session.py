@@ -23,7 +23,9 @@ class RaySession:
 
 
 @contextmanager
-def ray_session(address: str = "", num_cpus: int = 0) -> Iterator[RaySession]:
+def ray_session(address: str | None = "", num_cpus: int = 0, *,
+                dashboard: bool = True) -> Iterator[RaySession]:
+    """Connect for the duration of the block; disconnect (or stop) only what this call started."""
     import ray
 
     address = address or os.environ.get("RAY_ADDRESS", "")
@@ -37,8 +39,9 @@ def ray_session(address: str = "", num_cpus: int = 0) -> Iterator[RaySession]:
         cpus = num_cpus or os.cpu_count() or 1
         # The dashboard serves Ray's state API (Ray Train polls it) and job submission; bind it
         # to loopback so a local run exposes nothing to the network.
-        ray.init(num_cpus=cpus, include_dashboard=True, dashboard_host="127.0.0.1",
-                 log_to_driver=True)
+        # address="local": never attach to another Ray that `ray start` left on this machine.
+        ray.init(address="local", num_cpus=cpus, include_dashboard=dashboard,
+                 dashboard_host="127.0.0.1", log_to_driver=True)
         mode = "local"
     try:
         yield RaySession(ray.get_runtime_context().gcs_address, mode)

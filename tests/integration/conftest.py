@@ -11,9 +11,8 @@ def ray_cluster():
     import ray
 
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
-    # Sample ids are accounted for exactly; never let Ray Data print progress bars into logs.
-    ctx = ray.init(num_cpus=8, include_dashboard=False, log_to_driver=True,
-                   configure_logging=False)
+    # address="local": a new cluster even if another Ray (`ray start`) runs on this machine
+    ctx = ray.init(address="local", num_cpus=8, include_dashboard=False)
     try:
         yield ctx.address_info["address"]
     finally:

@@ -60,3 +60,23 @@ def test_too_many_bad_samples_abort_with_the_threshold(ray_cluster, tmp_path):
     assert "first:" in str(info.value)
     summary = json.loads((tmp_path / "out/summary.json").read_text())
     assert summary["status"] == "failed" and "max_bad_fraction" in summary["error"]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("seed", [3, 11])
+def test_killed_preprocessing_actor_loses_and_duplicates_nothing(ray_cluster, tmp_path, seed):
+    from tests.integration.transforms import KILL_PLAN
+
+    fraction = np.random.default_rng(seed).uniform(0.2, 0.6)  # the kill point, seeded
+    done = tmp_path / "killed"
+    KILL_PLAN.write_text(json.dumps({"after": int(1434 * fraction), "done": str(done)}))
+    try:
+        summary = pipeline.run(QUICKSTART, show_progress=False, sets=[
+            "data.transform=tests.integration.transforms:kill_once", "train.epochs=1",
+            f"run.output={tmp_path / 'out'}"]).summary
+    finally:
+        KILL_PLAN.unlink()
+    assert done.exists(), "the preprocessing actor was never killed"
+    [epoch] = summary["accounting"]
+    assert (epoch["lost"], epoch["duplicated"], epoch["unknown"]) == (0, 0, 0), epoch
+    assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]

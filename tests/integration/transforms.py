@@ -1,5 +1,10 @@
 """User transforms for the integration tests (imported inside Ray Data workers)."""
 
+import json
+import os
+import tempfile
+from pathlib import Path
+
 
 def scale_features(batch):
     batch["features"] = batch["features"] * 0.5
@@ -11,4 +16,24 @@ def slow_preprocessing(batch):
     import time
 
     time.sleep(0.04)
+    return batch
+
+
+KILL_PLAN = Path(tempfile.gettempdir()) / "feedline-test-kill-plan.json"
+_seen = 0
+
+
+def kill_once(batch):
+    """Kill this preprocessing actor's process once, after it has produced ``after`` samples.
+
+    The plan is a file the test writes (workers were started before the test ran, so they
+    cannot take it from the environment); ``done`` marks that the kill happened."""
+    global _seen
+    _seen += len(batch["id"])
+    if KILL_PLAN.exists():
+        plan = json.loads(KILL_PLAN.read_text())
+        done = Path(plan["done"])
+        if _seen >= plan["after"] and not done.exists():
+            done.write_text(str(os.getpid()))
+            os._exit(1)
     return batch
