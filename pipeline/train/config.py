@@ -26,3 +26,7 @@ class TrainConfig:
     batch_size: int = option(64, "samples per step on each worker", ge=1)
     lr: float = option(0.01, "learning rate (SGD with momentum 0.9)", gt=0)
     seed: int = option(0, "seed of model initialisation")
+    max_failures: int = option(0, "worker-group restarts Ray Train may make; a restart resumes "
+                                  "from the last checkpoint, mid-epoch", ge=0)
+    checkpoint_every: int = option(0, "also checkpoint every N steps inside an epoch (0: at "
+                                      "epoch ends only)", ge=0)

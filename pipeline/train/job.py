@@ -21,8 +21,8 @@ from pipeline.config import Config
 from pipeline.config.placement import PlacementConfig
 from pipeline.data import build_datasets
 from pipeline.data.accounting import account_epoch
-from pipeline.data.reader import BadSampleThresholdError
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
+from pipeline.data.reader import BadSampleThresholdError
 from pipeline.train.loop import WorkerSpec, train_loop
 from pipeline.train.planner import plan_resources
 from pipeline.train.progress import ProgressMonitor
@@ -123,7 +123,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     """Train ``config`` on the connected cluster; returns the summary (also in summary.json)."""
     import ray
     from ray.data import ExecutionOptions, ExecutionResources
-    from ray.train import DataConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     started = time.perf_counter()
@@ -160,8 +160,11 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
             resources_per_worker={"CPU": config.train.cpus_per_worker,
                                   **config.train.placement.resources},
             label_selector=dict(config.train.placement.labels) or None),
-        run_config=RunConfig(name="train", storage_path=str(output.resolve() / "ray"),
-                             worker_runtime_env={"env_vars": network["env"]}),
+        run_config=RunConfig(
+            name="train", storage_path=str(output.resolve() / "ray"),
+            worker_runtime_env={"env_vars": network["env"]},
+            failure_config=FailureConfig(max_failures=config.train.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2)),
         datasets=datasets,
         dataset_config=DataConfig(execution_options=ExecutionOptions(
             resource_limits=ExecutionResources(cpu=plan.data_cpus))),
@@ -190,7 +193,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     samples = sum(m["samples"] for m in monitor.epoch_metrics)
     train_seconds = sum(m["epoch_seconds"] for m in monitor.epoch_metrics)
     quarantined = [r["id"] for r in bad]
-    accounting = ([account_epoch(data.train_ids, monitor.delivered[e], quarantined=quarantined,
+    accounting = ([account_epoch(data.train_ids, monitor.delivered[e].values(),
+                                 quarantined=quarantined,
                                  world_size=config.train.num_workers)
                    | {"epoch": e} for e in sorted(monitor.delivered)]
                   if data.train_ids is not None else [])
@@ -213,6 +217,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         "data": {"origin": data.origin, "classes": list(data.classes),
                  "num_train": data.num_train, "num_val": data.num_val},
         "bad_samples": len(bad),
+        "restarts": max(0, len(monitor.attempts) - 1),
+        "resumed_from": [a for a in monitor.attempts if a],
         "accounting": accounting,
         "exactly_once": (all(a["lost"] == 0 and a["duplicated"] == 0 for a in accounting)
                          if accounting else None),

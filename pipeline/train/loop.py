@@ -8,11 +8,10 @@ through the :class:`~pipeline.train.reporter.RunReporter`; rank 0 writes the fin
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
-import os
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +24,7 @@ from pipeline.collective import gather_step_times, straggler_summary, wrap_ddp
 from pipeline.config import Config
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
+from pipeline.train import checkpoint
 from pipeline.train.models import build_model
 from pipeline.transfer import DeviceFeeder, TransferStats
 
@@ -78,12 +78,16 @@ def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device) -
 
 
 def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProfiler,
-                 metrics: TrainMetrics, spec: WorkerSpec, epoch: int,
-                 device: torch.device) -> tuple[int, int, float, float, np.ndarray]:
+                 metrics: TrainMetrics, spec: WorkerSpec, epoch: int, device: torch.device,
+                 skip: torch.Tensor | None = None,
+                 on_step: Callable[[int, list], None] | None = None,
+                 ) -> tuple[int, int, float, float, np.ndarray]:
     """One pass over the shard; every step is split into profiled phases.
 
     ``h2d`` is the copy time the feeder spent on this step's batch, counted only up to the time
     the step actually waited for it (``data_wait``): copies hidden behind compute cost nothing.
+    ``skip`` holds ids this epoch already trained before a restart; they are dropped from the
+    batches. ``on_step(steps, ids)`` runs after every step (mid-epoch checkpoints).
     """
     loss_fn = nn.CrossEntropyLoss()
     world = dist.get_world_size() if dist.is_initialized() else 1
@@ -105,6 +109,12 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
         if steps:
             prof.add("h2d", min(stats.copy_s - copy_s, waited), within="data_wait")
         copy_s = stats.copy_s
+        if skip is not None:
+            keep = ~torch.isin(batch["id"], skip)
+            batch = {k: v[keep] for k, v in batch.items()}
+            if not len(batch["id"]):
+                batch = next(batches, None)
+                continue
         x, y = batch[spec.field], batch["label"]
         ids.append(batch["id"])
         with prof.span("forward"):
@@ -122,6 +132,8 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
         samples += len(y)
         steps += 1
         loss_sum += loss.detach()
+        if on_step is not None:
+            on_step(steps, ids)
         if rank == 0 and now - last_push >= PROGRESS_EVERY_S:
             spec.reporter.push.remote({"type": "progress", "epoch": epoch,
                                        "samples": samples * world})
@@ -165,14 +177,39 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     train_shard = ray.train.get_dataset_shard("train")
     val_shard = ray.train.get_dataset_shard("val") if spec.has_val else None
 
+    resume = checkpoint.load(model, optimizer, device)
+    meta = {"model": cfg.train.model, "input_shape": list(spec.sample_shape),
+            "num_classes": spec.num_classes}
+    spec.reporter.push.remote({"type": "start", "rank": rank,
+                               "resumed": None if resume is None else
+                               {"epoch": resume.epoch, "step": resume.step,
+                                "consumed": len(resume.consumed)}})
     metrics: dict[str, Any] = {}
     transfer: TransferStats | None = None
-    for epoch in range(cfg.train.epochs):
+    for epoch in range(resume.epoch if resume else 0, cfg.train.epochs):
+        resumed = resume is not None and epoch == resume.epoch and len(resume.consumed) > 0
+        skip = torch.as_tensor(resume.consumed, device=device) if resumed else None
+
+        def on_step(steps: int, ids: list, epoch: int = epoch) -> None:
+            # Mid-epoch checkpoints need every rank at the same step; after a resume the ranks'
+            # step counts differ (each skips different ids), so that epoch saves at its end only.
+            every = cfg.train.checkpoint_every
+            if every and steps % every == 0:
+                mine = torch.cat(ids).cpu().numpy()
+                checkpoint.save(model, optimizer, epoch=epoch, step=steps,
+                                consumed=checkpoint.all_consumed(mine), meta=meta,
+                                metrics={"epoch": epoch + 1, "step": steps})
+
         start = time.perf_counter()
-        with _feeder(train_shard, spec, device) as feeder:
-            samples, steps, loss_sum, first_batch_s, seen = _train_epoch(feeder, ddp, optimizer, prof, gauges, spec,
-                                                                   epoch,
-                                                        device)
+        # Uneven inputs after a resume: DDP's join keeps ranks that run out in step with the rest.
+        uneven = ddp.join() if resumed and isinstance(ddp, nn.parallel.DistributedDataParallel) \
+            else contextlib.nullcontext()
+        with _feeder(train_shard, spec, device) as feeder, uneven:
+            samples, steps, loss_sum, first_batch_s, seen = _train_epoch(
+                feeder, ddp, optimizer, prof, gauges, spec, epoch, device, skip=skip,
+                on_step=None if resumed else on_step)
+        if resumed and rank == 0:  # committed this epoch: before the restart, and after it
+            seen = np.concatenate([resume.consumed, seen])
         gauges.flush()
         transfer = transfer.merged(feeder.stats) if transfer else feeder.stats
         wall = time.perf_counter() - start
@@ -203,16 +240,6 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             # the timeline keeps the last epoch's steps; operator stats come from rank 0
             "events": prof.trace_events() if prof.enabled and last else None,
             "data_ops": operator_stats(train_shard.stats()) if rank == 0 else None})
-        if not last:
-            ray.train.report(metrics)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = None
-        if rank == 0:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "epoch": cfg.train.epochs}, os.path.join(tmp, "model.pt"))
-            with open(os.path.join(tmp, "meta.json"), "w") as fh:
-                json.dump({"model": cfg.train.model, "input_shape": list(spec.sample_shape),
-                           "num_classes": spec.num_classes, "metrics": metrics}, fh)
-            checkpoint = ray.train.Checkpoint.from_directory(tmp)
-        ray.train.report(metrics, checkpoint=checkpoint)
+        # every epoch ends with a checkpoint: a restart resumes at the next epoch
+        checkpoint.save(model, optimizer, epoch=epoch + 1, step=0,
+                        consumed=np.empty(0, np.int64), metrics=metrics, meta=meta)

@@ -40,7 +40,9 @@ class ProgressMonitor:
         self.profiles: dict[int, list[dict]] = defaultdict(list)  # rank → epoch summaries
         self.events: dict[int, list[dict]] = {}
         self.data_ops: list[dict] = []
-        self.delivered: dict[int, list] = defaultdict(list)  # epoch → each rank's sample ids
+        # epoch → rank → sample ids; a rank that repeats an epoch after a restart replaces it
+        self.delivered: dict[int, dict[int, object]] = defaultdict(dict)
+        self.attempts: list[dict | None] = []  # rank 0's starts: None, then where it resumed
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
         self._progress = Progress(
@@ -82,6 +84,11 @@ class ProgressMonitor:
                 self._progress.update(self._task, completed=done, epoch=record["epoch"] + 1)
             elif record["type"] == "epoch":
                 self._on_epoch(record)
+            elif record["type"] == "start" and record["rank"] == 0:
+                self.attempts.append(record["resumed"])
+                if record["resumed"]:
+                    self.console.print(f"restarted: resuming epoch {record['resumed']['epoch'] + 1}"
+                                       f" after step {record['resumed']['step']}")
 
     def _on_epoch(self, record: dict) -> None:
         epoch = record["epoch"]
@@ -93,7 +100,7 @@ class ProgressMonitor:
             self.events[rank] = record["events"]
         if record.get("data_ops"):
             self.data_ops = record["data_ops"]
-        self.delivered[epoch].append(record["ids"])
+        self.delivered[epoch][rank] = record["ids"]
         if len(self.epoch_records[epoch]) < self.world_size:
             return
         ranks = self.epoch_records[epoch]

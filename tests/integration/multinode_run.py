@@ -31,7 +31,7 @@ def main(output: str) -> None:
         actors = [{"class": a.get("ActorClassName") or a.get("ClassName", ""),
                    "node": (a.get("Address") or {}).get("NodeID")}
                   for a in ray._private.state.actors().values()]
-        print(json.dumps({
+        print("FEEDLINE-RESULT " + json.dumps({
             "summary": result.summary, "actors": actors,
             "pre_nodes": [n.node_id for n in pre_nodes], "train_node": train_node.node_id}))
     finally:

@@ -17,7 +17,8 @@ def test_each_stage_runs_on_its_own_nodes(tmp_path):
                           str(tmp_path / "run")], capture_output=True, text=True, timeout=560,
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr[-4000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("FEEDLINE-RESULT ")]
+    report = json.loads(line.removeprefix("FEEDLINE-RESULT "))
     readers = [a for a in report["actors"] if "MapWorker" in a["class"]]
     trainers = [a for a in report["actors"] if a["class"] == "RayTrainWorker"]
     assert len(readers) >= 2 and len(trainers) == 2, report["actors"]

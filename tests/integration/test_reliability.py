@@ -80,3 +80,29 @@ def test_killed_preprocessing_actor_loses_and_duplicates_nothing(ray_cluster, tm
     [epoch] = summary["accounting"]
     assert (epoch["lost"], epoch["duplicated"], epoch["unknown"]) == (0, 0, 0), epoch
     assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]
+
+
+@pytest.mark.timeout(500)
+@pytest.mark.parametrize("seed", [5])
+def test_killed_training_worker_resumes_mid_epoch_exactly_once(ray_cluster, tmp_path, seed):
+    from tests.integration.models import KILL_PLAN
+
+    step = int(np.random.default_rng(seed).integers(8, 20))  # the kill point, seeded
+    done = tmp_path / "killed"
+    KILL_PLAN.write_text(json.dumps({"rank": 1, "step": step, "done": str(done)}))
+    try:
+        summary = pipeline.run(QUICKSTART, show_progress=False, sets=[
+            "train.model=tests.integration.models:dies_once_cnn", "train.epochs=2",
+            "train.max_failures=1", "train.checkpoint_every=5",
+            f"run.output={tmp_path / 'out'}"]).summary
+    finally:
+        KILL_PLAN.unlink()
+    assert done.exists(), "the training worker was never killed"
+    assert summary["status"] == "succeeded" and summary["restarts"] == 1
+    [resumed] = summary["resumed_from"]
+    # the last checkpoint Ray Train registered before the crash: a multiple of 5 steps
+    assert resumed["epoch"] == 0 and resumed["step"] in range(5, step + 1, 5)
+    assert resumed["consumed"] == 2 * resumed["step"] * 32  # two ranks, 32 samples a step
+    for epoch in summary["accounting"]:  # committed samples: unique and complete
+        assert (epoch["lost"], epoch["duplicated"]) == (0, 0), epoch
+        assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]
