@@ -39,8 +39,9 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     """Run a job. ``sets`` are CLI-style ``KEY=VALUE`` strings (values parsed as YAML);
     ``overrides`` use dotted keys (``**{"train.epochs": 3}``) or ``train__epochs=3``.
 
-    Raises :class:`~pipeline.config.ConfigError` for a bad config, :class:`~pipeline.train.PlanError`
-    for a plan that would starve preprocessing, and Ray Train's errors for failed training.
+    Raises :class:`~pipeline.config.ConfigError` for a bad config,
+    :class:`~pipeline.train.PlanError` for a plan that would starve preprocessing,
+    ``BadSampleThresholdError`` when the data is broken, and Ray Train's errors otherwise.
     """
     from pipeline.train.job import run_job
     from pipeline.train.session import ray_session

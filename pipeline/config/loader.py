@@ -119,7 +119,8 @@ def _convert(hint: Any, value: Any, path: str, errors: list[str]) -> Any:
             return value
         close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
         tip = f"; did you mean {close[0]}?" if close else ""
-        errors.append(f"{_where(path)}: {value!r} is not one of {', '.join(map(str, allowed))}{tip}")
+        choices = ", ".join(map(str, allowed))
+        errors.append(f"{_where(path)}: {value!r} is not one of {choices}{tip}")
         return None
     if origin is dict:
         key_type, value_type = typing.get_args(hint)
@@ -136,10 +137,11 @@ def _convert(hint: Any, value: Any, path: str, errors: list[str]) -> Any:
         if len(args) == 2 and args[1] is Ellipsis:
             items = [(args[0], v) for v in value]
         elif len(args) != len(value):
-            errors.append(f"{_where(path)}: expected {len(args)} items, got {len(value)} ({value!r})")
+            errors.append(f"{_where(path)}: expected {len(args)} items, got {len(value)} "
+                          f"({value!r})")
             return None
         else:
-            items = list(zip(args, value))
+            items = list(zip(args, value, strict=True))
         return tuple(_convert(t, v, f"{path}[{i}]", errors) for i, (t, v) in enumerate(items))
     if hint is Any:
         return value
@@ -148,7 +150,8 @@ def _convert(hint: Any, value: Any, path: str, errors: list[str]) -> Any:
     if hint in (int, float, str, bool):
         if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
             return value
-        errors.append(f"{_where(path)}: expected {hint.__name__}, got {value!r} ({type(value).__name__})")
+        errors.append(f"{_where(path)}: expected {hint.__name__}, got {value!r} "
+                      f"({type(value).__name__})")
         return None
     raise TypeError(f"config type {hint!r} at {path} is not supported by the loader")
 
@@ -174,7 +177,8 @@ def _convert_union(hint: Any, value: Any, path: str, errors: list[str]) -> Any:
 def _convert_tagged(sections: list[type], value: Any, path: str, errors: list[str]) -> Any:
     kinds = {s.__dataclass_fields__["kind"].default: s for s in sections}
     if not isinstance(value, Mapping):
-        errors.append(f"{_where(path)}: expected a mapping with 'kind' ({', '.join(kinds)}), got {value!r}")
+        errors.append(f"{_where(path)}: expected a mapping with 'kind' ({', '.join(kinds)}), "
+                      f"got {value!r}")
         return None
     kind = value.get("kind")
     if kind not in kinds:
@@ -207,7 +211,8 @@ def _build(cls: type, value: Any, path: str, errors: list[str]) -> Any:
             errors.extend(f"{prefix}{m}" for m in bound_errors(name, converted, dict(f.metadata)))
             kwargs[name] = converted
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            errors.append(f"{prefix}{name}: required field is missing ({f.metadata.get('doc', '')})")
+            doc = f.metadata.get("doc", "")
+            errors.append(f"{prefix}{name}: required field is missing ({doc})")
     if len(errors) > before:
         return None
     obj = cls(**kwargs)

@@ -49,6 +49,7 @@ def bound_errors(name: str, value: Any, metadata: dict[str, Any]) -> list[str]:
             bound = metadata.get(key)
             if bound is not None and not ok(v, bound):
                 hint = metadata.get("hint") or ""
-                out.append(f"{name} ({value!r}) must be {sign} {bound}" + (f"; {hint}" if hint else ""))
+                remedy = f"; {hint}" if hint else ""
+                out.append(f"{name} ({value!r}) must be {sign} {bound}{remedy}")
                 break
     return out

@@ -64,7 +64,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 def load_config(source: str | Path | dict[str, Any] | Config,
                 overrides: list[str] | None = None) -> Config:
-    """Build a :class:`Config` from a YAML path, plain data or a Config, plus KEY=VALUE overrides."""
+    """A :class:`Config` from a YAML path, plain data or a Config, plus KEY=VALUE overrides."""
     if isinstance(source, Config):
         if not overrides:
             return source

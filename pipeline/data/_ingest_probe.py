@@ -117,6 +117,8 @@ class ResourceProbe:
         self._error: BaseException | None = None
         self._store = _object_store_reader()
         self.ray_in_tree = False
+        # pid -> (CPU seconds when first seen, when last seen): work done during the pass
+        self._cpu: dict[int, tuple[float, float]] = {}
         self.baseline_pss = self.peak_pss = 0
         self.store_peak = self._store_start = self._spilled = 0
 
@@ -128,10 +130,14 @@ class ResourceProbe:
         for proc in [me, *me.children(recursive=True)]:
             try:
                 total += proc.memory_full_info().pss
+                times = proc.cpu_times()
                 if proc.name() == "raylet":
                     self.ray_in_tree = True
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue  # a worker that exited between the listing and the read
+            cpu = times.user + times.system
+            first = self._cpu.get(proc.pid, (0.0 if self._thread else cpu, 0.0))[0]
+            self._cpu[proc.pid] = (first, cpu)
         return total
 
     def _sample(self) -> None:
@@ -168,10 +174,19 @@ class ResourceProbe:
                 from self._error
         self._sample()
 
+    def cpu_seconds(self) -> float:
+        """CPU time the process tree spent during the block, all processes together.
+
+        A process that started during the block counts from zero; one that exited counts up
+        to its last sample (at most ``interval_s`` of its work is missed).
+        """
+        return sum(last - first for first, last in self._cpu.values())
+
     def result(self) -> dict[str, Any]:
         """Peaks in MiB; ``peak_extra_mb`` is the peak above the tree's PSS before the pass."""
         store = self._store is not None
         return {
+            "cpu_s": self.cpu_seconds(),
             "peak_pss_mb": self.peak_pss / MIB,
             "peak_extra_mb": (self.peak_pss - self.baseline_pss) / MIB,
             "store_peak_mb": self.store_peak / MIB if store else None,

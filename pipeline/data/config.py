@@ -1,4 +1,4 @@
-"""Config of the preprocessing stage: where samples come from and how Ray Data turns them into rows."""
+"""Config of the preprocessing stage: where samples come from, how Ray Data makes them rows."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class ImageFolderSource:
 
 @dataclass(frozen=True, kw_only=True)
 class DigitsSource:
-    """scikit-learn's 1,797 handwritten digits, written once as 32x32 PNG files, then read as a folder."""
+    """scikit-learn's 1,797 handwritten digits, written once as 32x32 PNGs, read as a folder."""
 
     kind: Literal["digits"] = option("digits", "source kind")
     cache_dir: str = option("~/.cache/feedline/digits", "where the PNG files are written once")
@@ -44,7 +44,8 @@ Source = ImageFolderSource | DigitsSource | ParquetSource
 class DataConfig:
     """The preprocessing stage: a source, decoding on Ray Data CPU workers, and the split."""
 
-    source: Source = field(default_factory=DigitsSource, metadata={"doc": "where samples come from"})
+    source: Source = field(default_factory=DigitsSource,
+                           metadata={"doc": "where samples come from"})
     image_size: tuple[int, int] = option((32, 32), "decoded images are resized to (height, width)",
                                          ge=1)
     channels: int = option(1, "1 (grayscale) or 3 (RGB)", ge=1, le=3)

@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 REGIMES = ("data_bound", "compute_bound")
 METRICS = ("steady_sps", "ttfb_s", "stall_fraction", "wait_p50_ms", "wait_p99_ms",
-           "peak_pss_mb", "peak_extra_mb", "store_peak_mb", "spilled_mb")
+           "cpu_ms_per_sample", "peak_pss_mb", "peak_extra_mb", "store_peak_mb", "spilled_mb")
 # ImageNet's channel statistics: the normalisation every vision trainer does.
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CHECKSUM_RTOL = 1e-4
@@ -90,18 +90,25 @@ class IngestBenchConfig:
 
 @contextmanager
 def ray_session(num_cpus: int | None = None):
-    """Join the Ray already initialised (tests, embedding), else start a local one and stop
-    exactly that one on exit."""
+    """Join the Ray already initialised (tests, embedding) or named by ``RAY_ADDRESS``; else
+    start a local one and stop exactly that one on exit. Yields whether it started Ray."""
     import ray
 
     if ray.is_initialized():
         yield False
         return
-    # Workers' logs stay in Ray's log folder: a failure still raises here with its traceback.
-    ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-             configure_logging=False, log_to_driver=False)
+    address = os.environ.get("RAY_ADDRESS")
+    if address and address != "local":
+        ray.init(address=address, configure_logging=False, log_to_driver=False)
+        started = False
+    else:
+        # "local", never auto-discovery: another session's Ray on this host is not ours to use.
+        # Workers' logs stay in Ray's log folder; a failure still raises here with its trace.
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 configure_logging=False, log_to_driver=False)
+        started = True
     try:
-        yield True
+        yield started
     finally:
         ray.shutdown()
 
@@ -131,7 +138,9 @@ def _one(name: str, work: Workload, *, sleep_s: float, verify: bool,
     expected = work.manifest.num_rows
     if timing["samples"] != expected:
         raise RuntimeError(f"{name} delivered {timing['samples']} samples, expected {expected}")
-    return {**timing, **probe.result(), "ray_in_tree": probe.ray_in_tree}
+    resources = probe.result()
+    cpu_ms = resources.pop("cpu_s") * 1e3 / expected
+    return {**timing, "cpu_ms_per_sample": cpu_ms, **resources, "ray_in_tree": probe.ray_in_tree}
 
 
 def _verify(outputs: dict[str, dict[int, float]], expected_ids: set[int]) -> None:
@@ -158,6 +167,7 @@ def run_ingest_bench(config: IngestBenchConfig,
     say = progress or (lambda _msg: None)
     import ray.data
 
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     work = _workload(config)
     context = ray.data.DataContext.get_current()
     bars = context.enable_progress_bars
@@ -188,8 +198,11 @@ def run_ingest_bench(config: IngestBenchConfig,
             cluster_cpus = ray.cluster_resources().get("CPU")
     finally:
         context.enable_progress_bars = bars
-    return summarize(config, runs, warmup=warmup, step_s=step_s, ray_started=started_ray,
-                     cluster_cpus=cluster_cpus, root=work.root)
+    result = summarize(config, runs, warmup=warmup, step_s=step_s, ray_started=started_ray,
+                       cluster_cpus=cluster_cpus, root=work.root)
+    # Other tenants' load is the noise no interleaving removes: record it next to the numbers.
+    result["machine"]["load_average_before"] = load_before
+    return result
 
 
 def _step_time(config: IngestBenchConfig, warmup: list[dict[str, Any]]) -> float:
@@ -304,5 +317,6 @@ def machine_description(cluster_cpus: float | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "versions": {"ray": ray.__version__, "torch": torch.__version__,
                      "numpy": numpy.__version__, "pillow": PIL.__version__},
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
     }

@@ -16,6 +16,7 @@ COLUMNS = (  # metric, header, format
     ("stall_fraction", "stall", ".1%"),
     ("wait_p50_ms", "wait p50 (ms)", ".1f"),
     ("wait_p99_ms", "wait p99 (ms)", ".1f"),
+    ("cpu_ms_per_sample", "CPU ms/sample", ".2f"),
     ("peak_extra_mb", "peak mem +MiB", ",.0f"),
     ("peak_pss_mb", "peak mem MiB", ",.0f"),
     ("store_peak_mb", "obj store MiB", ",.0f"),
@@ -51,8 +52,13 @@ def _machine(result: dict[str, Any]) -> list[str]:
         f"- {c['reps']} repetitions, contenders interleaved; cells are **median** (min–max); "
         f"compute-bound step = {c['compute_factor']}x the ceiling's time per batch = "
         f"{result['compute_step_s'] * 1e3:.1f} ms",
-        f"- run on {m['date']}",
+        f"- run on {m['date']}; load average (1, 5, 15 min) before "
+        f"{_load(m.get('load_average_before'))}, after {_load(m.get('load_average'))}",
     ]
+
+
+def _load(values: list[float] | None) -> str:
+    return "–" if not values else ", ".join(f"{v:.1f}" for v in values)
 
 
 def to_markdown(result: dict[str, Any]) -> str:

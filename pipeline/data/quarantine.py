@@ -56,12 +56,10 @@ def write_quarantine(records: list[dict[str, Any]], path: Path) -> None:
             fh.write(json.dumps(record) + "\n")
 
 
-def check_bad_fraction(count: int, total: int, limit: float, records: list[dict[str, Any]]) -> None:
-    """Raise when more than ``limit`` of the samples were bad, naming the first offenders."""
-    from pipeline.data.reader import BadSampleThresholdError
+def check_bad_fraction(count: int, total: int, limit: float, origin: str,
+                       records: list[dict[str, Any]]) -> None:
+    """Raise when more than ``limit`` of all the run's samples were bad, naming the first."""
+    from pipeline.data.reader import BadSampleThresholdError, bad_fraction_message
 
     if total and count / total > limit:
-        first = ", ".join(f"{r['source']} ({r['error_type']}: {r['message']})" for r in records[:3])
-        raise BadSampleThresholdError(f"data.max_bad_fraction ({limit}) exceeded: {count} of {total} samples "
-                           f"({count / total:.1%}) could not be read; first: {first}. Fix or "
-                           f"remove those files, or raise data.max_bad_fraction")
+        raise BadSampleThresholdError(bad_fraction_message(limit, count, total, origin, records))

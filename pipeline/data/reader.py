@@ -67,6 +67,18 @@ class BadSampleThresholdError(RuntimeError):
     """Too many bad samples: the data, not a few files, is broken. Stops the run."""
 
 
+def first_sources(records: list[dict[str, Any]]) -> str:
+    return "; ".join(f"{r['source']} ({r['error_type']}: {r['message']})" for r in records[:3])
+
+
+def bad_fraction_message(limit: float, bad: int, seen: int, origin: str,
+                         records: list[dict[str, Any]]) -> str:
+    return (f"data.max_bad_fraction ({limit}) exceeded: {bad} of {seen} samples "
+            f"({bad / seen:.1%}) from {origin} could not be read; first: "
+            f"{first_sources(records)}. Fix or remove those files, or raise "
+            f"data.max_bad_fraction")
+
+
 # A reader judges the bad fraction only after this many samples, so one bad file among the
 # first few does not stop a run.
 MIN_SAMPLES_FOR_FRACTION = 100
@@ -137,7 +149,8 @@ class SampleReader:
 
         spec = self.spec
         ids, labels, features, bad = [], [], [], []
-        for file, group, first_id in zip(batch["file"], batch["row_group"], batch["id"]):
+        for file, group, first_id in zip(batch["file"], batch["row_group"], batch["id"],
+                                         strict=True):
             columns = list(dict.fromkeys([*spec.features, spec.label_column]
                                          + ([spec.id_column] if spec.id_column else [])))
             table = pq.ParquetFile(str(file)).read_row_group(int(group), columns=columns)
@@ -180,19 +193,15 @@ class SampleReader:
         self.seen += good + len(bad)
         self.bad += len(bad)
         self.first_bad.extend(bad[: max(0, 3 - len(self.first_bad))])
-        first = "; ".join(f"{r['source']} ({r['error_type']}: {r['message']})"
-                          for r in self.first_bad)
         message = ""
         if self.longest_bad_run > spec.max_consecutive_bad:
             message = (f"data.max_consecutive_bad ({spec.max_consecutive_bad}) exceeded: "
                        f"{self.longest_bad_run} bad samples in a row from {spec.origin}; "
-                       f"first: {first}")
+                       f"first: {first_sources(self.first_bad)}")
         elif (self.seen >= MIN_SAMPLES_FOR_FRACTION
               and self.bad / self.seen > spec.max_bad_fraction):
-            message = (f"data.max_bad_fraction ({spec.max_bad_fraction}) exceeded: {self.bad} "
-                       f"of {self.seen} samples ({self.bad / self.seen:.1%}) from {spec.origin} "
-                       f"could not be read; first: {first}. Fix or remove those files, or raise "
-                       f"data.max_bad_fraction")
+            message = bad_fraction_message(spec.max_bad_fraction, self.bad, self.seen,
+                                           spec.origin, self.first_bad)
         if message:
             if self.quarantine is not None:
                 self.quarantine.fail.remote(message)

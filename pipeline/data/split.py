@@ -24,6 +24,7 @@ def validation_mask(ids: np.ndarray, val_fraction: float, seed: int) -> np.ndarr
     """True for ids that belong to the validation split."""
     if val_fraction <= 0:
         return np.zeros(len(ids), dtype=bool)
-    keys = _mix(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ _mix(np.array([seed], np.uint64)))
+    salt = _mix(np.array([seed], np.uint64))
+    keys = _mix(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ salt)
     unit = (keys >> np.uint64(11)).astype(np.float64) / float(1 << 53)
     return unit < val_fraction

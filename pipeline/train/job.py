@@ -231,7 +231,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
             console.print(f"  - {advice}")
     try:
         check_bad_fraction(len(bad), data.num_train + data.num_val,
-                           config.data.max_bad_fraction, bad)
+                           config.data.max_bad_fraction, data.origin, bad)
     except RuntimeError as exc:
         summary |= {"status": "failed", "error": str(exc)}
         raise

@@ -39,7 +39,7 @@ def write_digits(cache_dir: str | Path) -> Path:
     digits = load_digits()
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".digits-", dir=root.parent))
-    for index, (image, target) in enumerate(zip(digits.images, digits.target)):
+    for index, (image, target) in enumerate(zip(digits.images, digits.target, strict=True)):
         pixels = np.clip(image * (255.0 / 16.0), 0, 255).astype(np.uint8)
         big = Image.fromarray(pixels, mode="L").resize((32, 32), Image.Resampling.BILINEAR)
         (tmp / str(target)).mkdir(exist_ok=True)

@@ -69,4 +69,5 @@ def plan_parquet(source: ParquetSource) -> tuple[SourcePlan, tuple[str, ...]]:
     manifest = pa.table({"id": pa.array(rows["id"], pa.int64()),
                          "file": rows["file"], "row_group": rows["row_group"],
                          "rows": rows["rows"]})
-    return SourcePlan(manifest=manifest, classes=classes, kind="table", origin=source.path), features
+    plan = SourcePlan(manifest=manifest, classes=classes, kind="table", origin=source.path)
+    return plan, features

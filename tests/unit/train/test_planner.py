@@ -18,7 +18,8 @@ def test_starving_plan_names_the_numbers_to_change():
     with pytest.raises(PlanError) as info:
         plan(cluster_cpus=2, num_workers=2, cpus_per_worker=1)
     message = str(info.value)
-    assert "train.num_workers (2) x train.cpus_per_worker (1) = 2 of the cluster's 2 CPUs" in message
+    assert ("train.num_workers (2) x train.cpus_per_worker (1) = 2 of the cluster's 2 CPUs"
+            in message)
     assert "leaving 0 for data.concurrency min (1)" in message
     assert "To fix: lower train.cpus_per_worker to 0.5 or less" in message
 
