@@ -22,6 +22,8 @@ class CollectiveConfig:
     comm_hook: Literal["none", "fp16", "bf16", "powersgd"] = option(
         "none", "DDP communication hook compressing gradients before all-reduce")
     apply_nccl_advice: bool = option(True, "pass the advised NCCL_* env to Train workers")
+    probe: bool = option(True, "after training, time a short all-reduce and flag a link far "
+                               "below its class (e.g. NCCL on sockets instead of RDMA)")
     powersgd_rank: int = option(1, "PowerSGD low-rank approximation rank (comm_hook: powersgd)",
                                 ge=1, hint="1 compresses most; raise it if accuracy suffers")
     powersgd_start_iter: int = option(

@@ -210,7 +210,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         "train_loss": final.get("train_loss"),
         "ray_address": ray_address,
         "backend": backend,
-        "collective": {"backend": backend, "reason": backend_reason, **network},
+        "collective": {"backend": backend, "reason": backend_reason, **network,
+                       "probe": monitor.probe},
         "transfer": _sum_transfer(monitor.transfer),
         "straggler": final.get("straggler"),
         "plan": plan.as_dict(),
@@ -224,6 +225,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                          if accounting else None),
         "checkpoint": str(checkpoint_dir) if result.checkpoint is not None else None,
     }
+    if monitor.probe and monitor.probe["warning"]:
+        console.print(f"[yellow]link[/]: {monitor.probe['warning']}")
     if monitor.profiles:
         summary |= write_profile(config, output, monitor, device="cuda" if plan.use_gpu else "cpu")
         console.print(f"[bold]diagnosis[/]: {summary['diagnosis']['verdict']}")

@@ -1,9 +1,12 @@
 """The per-worker training loop: runs inside each Ray Train worker.
 
 Each epoch the worker iterates its shard of the training set (Ray Data already decoded it on
-CPU workers), trains the DDP-wrapped model, evaluates on its shard of the validation set, and
-all-reduces the counts so every rank reports the same accuracy. Progress goes to the driver
-through the :class:`~pipeline.train.reporter.RunReporter`; rank 0 writes the final checkpoint.
+CPU workers) through the transfer stage, trains the DDP-wrapped model with every step split into
+profiled phases, evaluates on its shard of the validation set, and all-reduces the counts so
+every rank reports the same accuracy. Progress, spans and the ids it trained on go to the driver
+through the :class:`~pipeline.train.reporter.RunReporter`. Every epoch ends with a checkpoint;
+``train.checkpoint_every`` adds mid-epoch ones that hold the ids consumed so far, so a restarted
+worker group resumes where it stopped (:mod:`pipeline.train.checkpoint`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipeline.collective import gather_step_times, straggler_summary, wrap_ddp
+from pipeline.collective import (
+    classify_link,
+    detect_topology,
+    gather_step_times,
+    measure_collectives,
+    straggler_summary,
+    wrap_ddp,
+)
 from pipeline.config import Config
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
@@ -66,15 +76,16 @@ def _feeder(shard, spec: WorkerSpec, device: torch.device) -> DeviceFeeder:
 
 
 def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device) -> tuple[int, int]:
-    correct = total = 0
+    correct = torch.zeros((), dtype=torch.int64, device=device)  # on device: no sync per batch
+    total = 0
     model.eval()
     with torch.no_grad(), _feeder(shard, spec, device) as feeder:
         for batch in feeder:
             y = batch["label"]
-            correct += int((model(batch[spec.field]).argmax(dim=1) == y).sum())
+            correct += (model(batch[spec.field]).argmax(dim=1) == y).sum()
             total += len(y)
     model.train()
-    return correct, total
+    return int(correct), total
 
 
 def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProfiler,
@@ -243,3 +254,20 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         # every epoch ends with a checkpoint: a restart resumes at the next epoch
         checkpoint.save(model, optimizer, epoch=epoch + 1, step=0,
                         consumed=np.empty(0, np.int64), metrics=metrics, meta=meta)
+    if cfg.collective.probe and world > 1:
+        _probe_link(spec, ctx, device)
+
+
+def _probe_link(spec: WorkerSpec, ctx, device: torch.device) -> None:
+    """A short all-reduce over the job's own process group, judged against the link's class."""
+    rows = measure_collectives([1 << 20, 16 << 20], ops=("all_reduce",), iters=3, warmup=1,
+                               device=device)
+    if dist.get_rank() != 0:
+        return
+    best = max(rows, key=lambda r: r["busbw_GBps"])
+    multi_node = ctx.get_local_world_size() < ctx.get_world_size()
+    flag = classify_link(best["busbw_GBps"], dist.get_backend(), detect_topology(),
+                         multi_node=multi_node)
+    spec.reporter.push.remote({"type": "probe", "busbw_GBps": best["busbw_GBps"],
+                               "size_bytes": best["size_bytes"], "multi_node": multi_node,
+                               "warning": flag})

@@ -42,6 +42,7 @@ class ProgressMonitor:
         self.data_ops: list[dict] = []
         # epoch → rank → sample ids; a rank that repeats an epoch after a restart replaces it
         self.delivered: dict[int, dict[int, object]] = defaultdict(dict)
+        self.probe: dict | None = None  # the end-of-run link probe, from rank 0
         self.attempts: list[dict | None] = []  # rank 0's starts: None, then where it resumed
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
@@ -84,6 +85,8 @@ class ProgressMonitor:
                 self._progress.update(self._task, completed=done, epoch=record["epoch"] + 1)
             elif record["type"] == "epoch":
                 self._on_epoch(record)
+            elif record["type"] == "probe":
+                self.probe = {k: v for k, v in record.items() if k != "type"}
             elif record["type"] == "start" and record["rank"] == 0:
                 self.attempts.append(record["resumed"])
                 if record["resumed"]:
