@@ -21,6 +21,8 @@ COMMANDS = {
 BENCHMARKS = {
     "collective": ("pipeline.cli.bench_collective",
                    "all-reduce/all-gather/reduce-scatter bandwidth vs raw torch.distributed"),
+    "ingest": ("pipeline.cli.bench_ingest",
+               "Feedline's data path vs raw Ray Data, DataLoader and the ceiling"),
     "scaling": ("pipeline.cli.bench_scaling",
                 "one job at several worker counts: per-worker throughput and why it fell"),
 }

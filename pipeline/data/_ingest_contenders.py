@@ -71,7 +71,7 @@ def feedline_data_config(work: Workload):
     spec = work.spec
     return DataConfig(source=ImageFolderSource(path=work.root), image_size=spec.image_size,
                       channels=spec.channels, mean=spec.mean, std=spec.std, val_fraction=0.0,
-                      batch_size=work.batch_size, concurrency=(1, work.workers),
+                      batch_size=work.batch_size, concurrency=(work.workers, work.workers),
                       stall_timeout_s=work.timeout_s)
 
 
@@ -81,12 +81,14 @@ def feedline(work: Workload) -> Iterator[Iterator[Batch]]:
     from pipeline.transfer import DeviceFeeder, TransferConfig
 
     config = feedline_data_config(work)
-    plan = build_datasets(config)
+    transfer = TransferConfig()  # the defaults pipeline run uses: images ship as uint8
+    plan = build_datasets(config, ship_uint8=transfer.ship_uint8)
     # Ray Train hands each worker a streaming_split shard, even with one worker.
     shard = plan.train.streaming_split(1, equal=True)[0]
     batches = shard.iter_batches(batch_size=work.batch_size, batch_format="numpy",
                                  prefetch_batches=config.prefetch_batches)
-    with DeviceFeeder.from_config(batches, TransferConfig(), device="cpu",
+    uint8 = {"image": (config.mean, config.std)} if transfer.ship_uint8 else None
+    with DeviceFeeder.from_config(batches, transfer, device="cpu", uint8_normalize=uint8,
                                   timeout_s=config.stall_timeout_s) as feeder:
         yield iter(feeder)
 

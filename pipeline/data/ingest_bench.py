@@ -183,21 +183,26 @@ def run_ingest_bench(config: IngestBenchConfig,
                 sums[name] = run.pop("checksums")
                 warmup.append({"contender": name, "regime": "data_bound", "rep": -1, **run})
             _verify(sums, set(work.manifest.column("id").to_pylist()))
-            step_s = _step_time(config, warmup)
             for rep in range(config.reps):
                 for regime in config.regimes:
-                    sleep_s = step_s if regime == "compute_bound" else 0.0
+                    # The step tracks the ceiling's median pace so far, so a busy spell on a
+                    # shared machine does not leave the compute-bound regime miscalibrated.
+                    sleep_s = (_step_time(config, warmup + runs) if regime == "compute_bound"
+                               else 0.0)
                     for name in config.contenders:
                         run = _one(name, work, sleep_s=sleep_s, verify=False,
                                    interval_s=config.probe_interval_s)
                         run.pop("checksums")
-                        runs.append({"contender": name, "regime": regime, "rep": rep, **run})
+                        runs.append({"contender": name, "regime": regime, "rep": rep,
+                                     "step_s": sleep_s, **run})
                         say(f"rep {rep + 1}/{config.reps} {regime:13s} {name:12s} "
                             f"{_fmt(run['steady_sps'], '.0f')} samples/s, "
                             f"stall {_fmt(run['stall_fraction'], '.1%')}")
             cluster_cpus = ray.cluster_resources().get("CPU")
     finally:
         context.enable_progress_bars = bars
+    steps = [r["step_s"] for r in runs if r["regime"] == "compute_bound"]
+    step_s = statistics.median(steps) if steps else 0.0
     result = summarize(config, runs, warmup=warmup, step_s=step_s, ray_started=started_ray,
                        cluster_cpus=cluster_cpus, root=work.root)
     # Other tenants' load is the noise no interleaving removes: record it next to the numbers.
@@ -205,11 +210,14 @@ def run_ingest_bench(config: IngestBenchConfig,
     return result
 
 
-def _step_time(config: IngestBenchConfig, warmup: list[dict[str, Any]]) -> float:
-    ceiling = next((r for r in warmup if r["contender"] == "ceiling"), None)
-    if ceiling is None or not ceiling["steady_sps"]:
-        return 0.0  # only the data-bound regime runs (check() enforces it)
-    return config.compute_factor * config.batch_size / ceiling["steady_sps"]
+def _step_time(config: IngestBenchConfig, done: list[dict[str, Any]]) -> float:
+    """``compute_factor`` x the ceiling's median time per batch in the data-bound runs so far."""
+    paces = [r["steady_sps"] for r in done if r["contender"] == "ceiling"
+             and r["regime"] == "data_bound" and r["steady_sps"]]
+    if not paces:
+        raise RuntimeError("the compute-bound regime needs a data-bound ceiling run first; "
+                           "keep 'ceiling' in contenders")
+    return config.compute_factor * config.batch_size / statistics.median(paces)
 
 
 def _fmt(value: float | None, spec: str) -> str:

@@ -50,8 +50,8 @@ def _machine(result: dict[str, Any]) -> list[str]:
         f"{c['image_size'][0]}x{c['image_size'][1]}, normalise (float32, 3 channels); "
         f"batch {c['batch_size']}; {c['workers']} decode workers per contender",
         f"- {c['reps']} repetitions, contenders interleaved; cells are **median** (min–max); "
-        f"compute-bound step = {c['compute_factor']}x the ceiling's time per batch = "
-        f"{result['compute_step_s'] * 1e3:.1f} ms",
+        f"compute-bound step = {c['compute_factor']}x the ceiling's median data-bound time per "
+        f"batch so far (median {result['compute_step_s'] * 1e3:.1f} ms)",
         f"- run on {m['date']}; load average (1, 5, 15 min) before "
         f"{_load(m.get('load_average_before'))}, after {_load(m.get('load_average'))}",
     ]

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -69,9 +69,11 @@ def _feeder(shard, spec: WorkerSpec, device: torch.device) -> DeviceFeeder:
     cfg = spec.config
     batches = shard.iter_batches(batch_size=cfg.train.batch_size, batch_format="numpy",
                                  prefetch_batches=cfg.data.prefetch_batches)
-    uint8 = ({"image": (cfg.data.mean, cfg.data.std)}
-             if cfg.transfer.ship_uint8 and spec.field == "image" else None)
-    return DeviceFeeder.from_config(batches, cfg.transfer, device=device, uint8_normalize=uint8,
+    transfer = cfg.transfer
+    if spec.field != "image":  # feature columns are float already; only images ship as uint8
+        transfer = replace(transfer, ship_uint8=False)
+    uint8 = {"image": (cfg.data.mean, cfg.data.std)} if transfer.ship_uint8 else None
+    return DeviceFeeder.from_config(batches, transfer, device=device, uint8_normalize=uint8,
                                     timeout_s=cfg.data.stall_timeout_s)
 
 

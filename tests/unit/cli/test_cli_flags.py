@@ -17,6 +17,7 @@ EXPECTED = {
     "doctor": {"address", "root", "json"},
     "report": {"run_dir"},
     "bench collective": {"workers", "backend", "max_size", "json", "address"},
+    "bench ingest": {"samples", "reps", "workers", "quick", "json", "markdown"},
     "bench scaling": {"config", "workers", "overrides", "address", "output", "json"},
 }
 

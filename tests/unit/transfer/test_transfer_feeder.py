@@ -206,7 +206,8 @@ def test_from_config_maps_fields_and_checks_ship_uint8():
     with pytest.raises(ValueError, match="transfer.ship_uint8 \\(true\\) needs uint8_normalize"):
         DeviceFeeder.from_config([], config)
     with pytest.raises(ValueError, match="transfer.ship_uint8 is false"):
-        DeviceFeeder.from_config([], TransferConfig(), uint8_normalize=spec)
+        DeviceFeeder.from_config([], TransferConfig(ship_uint8=False),
+                                  uint8_normalize=spec)
 
 
 def test_single_pass_context_manager_and_close_release_the_thread():
