@@ -59,7 +59,7 @@ class Sampler(threading.Thread):
         self.stop = threading.Event()
         self.samples: list[dict] = []
         self.error: BaseException | None = None
-        from pipeline.data.ingest_probe import object_store_reader
+        from pipeline.profile.object_store import object_store_reader
 
         self.store = object_store_reader()
 

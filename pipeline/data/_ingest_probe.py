@@ -15,10 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from pipeline.profile.object_store import object_store_reader
 
 logger = logging.getLogger(__name__)
 
@@ -84,24 +86,6 @@ def time_pass(batches: Iterator[dict[str, Any]], *, started: float, sleep_s: flo
     }
 
 
-def _object_store_reader() -> Callable[[], tuple[int, int]] | None:
-    """A function returning (bytes in the object store, bytes spilled so far), or None."""
-    import ray
-
-    if not ray.is_initialized():
-        return None
-    # Ray 2.60 has no public call for store usage; `ray memory --stats-only` uses these.
-    from ray._private.internal_api import get_memory_info_reply, get_state_from_address
-
-    state = get_state_from_address(ray.get_runtime_context().gcs_address)
-
-    def read() -> tuple[int, int]:
-        stats = get_memory_info_reply(state, timeout_seconds=10.0).store_stats
-        return int(stats.object_store_bytes_used), int(stats.spilled_bytes_total)
-
-    return read
-
-
 class ResourceProbe:
     """Peak PSS of this process tree and peak object-store use during a ``with`` block.
 
@@ -115,7 +99,7 @@ class ResourceProbe:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._store = _object_store_reader()
+        self._store = object_store_reader()
         self.ray_in_tree = False
         # pid -> (CPU seconds when first seen, when last seen): work done during the pass
         self._cpu: dict[int, tuple[float, float]] = {}

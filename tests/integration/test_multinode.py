@@ -1,6 +1,7 @@
 """Placement on a simulated multi-node cluster: preprocessing on CPU nodes, training elsewhere."""
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,20 @@ def test_each_stage_runs_on_its_own_nodes(tmp_path):
     assert summary["status"] == "succeeded"
     assert summary["samples"] == summary["data"]["num_train"]
     assert summary["plan"]["data_cpus"] == 4  # both preprocessing nodes, no training CPUs taken
+
+
+@pytest.mark.timeout(600)
+def test_losing_a_preprocessing_node_mid_epoch_loses_nothing(tmp_path):
+    delay = 8 + 6 * random.Random(7).random()  # the kill point, seeded: inside the first epoch
+    out = subprocess.run([sys.executable, str(ROOT / "tests/integration/node_loss_run.py"),
+                          str(tmp_path / "run"), f"{delay:.1f}"], capture_output=True,
+                         text=True, timeout=560, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-4000:]
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("FEEDLINE-RESULT ")]
+    report = json.loads(line.removeprefix("FEEDLINE-RESULT "))
+    assert [e for e, _ in report["events"]] == ["removed", "added"]
+    summary = report["summary"]
+    assert summary["status"] == "succeeded"
+    for epoch in summary["accounting"]:
+        assert (epoch["lost"], epoch["duplicated"]) == (0, 0), epoch
+        assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]
