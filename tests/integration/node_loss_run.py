@@ -28,24 +28,32 @@ def main(output: str, delay_s: float) -> None:
         cluster.add_node(num_cpus=2, labels=TRAIN)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address)
-        events = []
+        events, outcome = [], {}
 
-        def churn() -> None:
-            time.sleep(delay_s)
-            cluster.remove_node(pre[0], allow_graceful=False)
-            events.append(("removed", time.time()))
-            cluster.add_node(num_cpus=1, labels=PRE)
-            events.append(("added", time.time()))
+        def train() -> None:  # the job runs beside the churn: Cluster.add_node needs this thread
+            try:
+                outcome["summary"] = pipeline.run(
+                    ROOT / "examples" / "quickstart.yaml", show_progress=False, sets=[
+                        "train.epochs=3", "train.cpus_per_worker=1", "data.concurrency=[2, 2]",
+                        "data.batch_size=4",
+                        "data.transform=tests.integration.transforms:slow_preprocessing",
+                        "data.placement.labels={feedline.io/role: preprocess}",
+                        "train.placement.labels={feedline.io/role: train}",
+                        f"run.output={output}"]).summary
+            except BaseException as exc:
+                outcome["error"] = exc
 
-        thread = threading.Thread(target=churn, daemon=True)
-        thread.start()
-        result = pipeline.run(ROOT / "examples" / "quickstart.yaml", show_progress=False, sets=[
-            "train.epochs=3", "train.cpus_per_worker=1", "data.concurrency=[2, 2]",
-            "data.batch_size=4", "data.transform=tests.integration.transforms:slow_preprocessing",
-            "data.placement.labels={feedline.io/role: preprocess}",
-            "train.placement.labels={feedline.io/role: train}", f"run.output={output}"])
-        thread.join(timeout=60)
-        print("FEEDLINE-RESULT " + json.dumps({"summary": result.summary, "events": events}))
+        job = threading.Thread(target=train, name="feedline-job")
+        job.start()
+        time.sleep(delay_s)
+        cluster.remove_node(pre[0], allow_graceful=False)
+        events.append(("removed", time.time()))
+        cluster.add_node(num_cpus=1, labels=PRE)
+        events.append(("added", time.time()))
+        job.join(timeout=400)
+        if "error" in outcome:
+            raise outcome["error"]
+        print("FEEDLINE-RESULT " + json.dumps({"summary": outcome["summary"], "events": events}))
     finally:
         ray.shutdown()
         cluster.shutdown()
