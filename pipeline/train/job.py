@@ -19,12 +19,12 @@ from rich.console import Console
 from pipeline.collective import choose_backend
 from pipeline.config import Config
 from pipeline.config.placement import PlacementConfig
-from pipeline.data import build_datasets
+from pipeline.data import DataPlan, build_datasets
 from pipeline.data.accounting import account_epoch
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
 from pipeline.data.reader import BadSampleThresholdError
 from pipeline.train.loop import WorkerSpec, train_loop
-from pipeline.train.planner import plan_resources
+from pipeline.train.planner import ResourcePlan, plan_resources
 from pipeline.train.progress import ProgressMonitor
 from pipeline.train.reporter import RunReporter
 
@@ -118,13 +118,39 @@ def _sum_transfer(per_rank: dict[int, dict]) -> dict[str, Any]:
     return out
 
 
+def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpec,
+             env: dict[str, str], backend: str, output: Path):
+    """The Ray Train ``TorchTrainer`` for this job: workers, placement, failures, data budget."""
+    from ray.data import ExecutionOptions, ExecutionResources
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    train = config.train
+    datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
+    return TorchTrainer(
+        train_loop,
+        train_loop_config={"spec": spec},
+        torch_config=TorchConfig(backend=backend, timeout_s=int(config.collective.timeout_s)),
+        scaling_config=ScalingConfig(
+            num_workers=train.num_workers, use_gpu=plan.use_gpu,
+            resources_per_worker={"CPU": train.cpus_per_worker, **train.placement.resources},
+            label_selector=dict(train.placement.labels) or None),
+        run_config=RunConfig(
+            name="train", storage_path=str(output.resolve() / "ray"),
+            worker_runtime_env={"env_vars": env},
+            failure_config=FailureConfig(max_failures=train.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2)),
+        datasets=datasets,
+        # Ray Data's budget is what the trainers leave: the two never compete for CPUs.
+        dataset_config=DataConfig(execution_options=ExecutionOptions(
+            resource_limits=ExecutionResources(cpu=plan.data_cpus))),
+    )
+
+
 def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
             show_progress: bool = True) -> dict[str, Any]:
     """Train ``config`` on the connected cluster; returns the summary (also in summary.json)."""
     import ray
-    from ray.data import ExecutionOptions, ExecutionResources
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
 
     started = time.perf_counter()
     resources = ray.cluster_resources()
@@ -150,25 +176,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     spec = WorkerSpec(config=config, field=data.field, sample_shape=data.sample_shape,
                       num_classes=len(data.classes), use_gpu=plan.use_gpu,
                       has_val=data.val is not None, reporter=reporter)
-    datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
-    trainer = TorchTrainer(
-        train_loop,
-        train_loop_config={"spec": spec},
-        torch_config=TorchConfig(backend=backend, timeout_s=int(config.collective.timeout_s)),
-        scaling_config=ScalingConfig(
-            num_workers=config.train.num_workers, use_gpu=plan.use_gpu,
-            resources_per_worker={"CPU": config.train.cpus_per_worker,
-                                  **config.train.placement.resources},
-            label_selector=dict(config.train.placement.labels) or None),
-        run_config=RunConfig(
-            name="train", storage_path=str(output.resolve() / "ray"),
-            worker_runtime_env={"env_vars": network["env"]},
-            failure_config=FailureConfig(max_failures=config.train.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=2)),
-        datasets=datasets,
-        dataset_config=DataConfig(execution_options=ExecutionOptions(
-            resource_limits=ExecutionResources(cpu=plan.data_cpus))),
-    )
+    trainer = _trainer(config, plan, data, spec, network["env"], backend, output)
     with ProgressMonitor(reporter, epochs=config.train.epochs,
                          samples_per_epoch=data.num_train, world_size=config.train.num_workers,
                          metrics_path=output / "metrics.jsonl", console=console,
