@@ -28,12 +28,30 @@ RAY_MARKERS = ("ray::", "raylet", "gcs_server", "ray/dashboard", "log_monitor", 
                "runtime_env", "default_worker.py")
 
 
-def ray_processes() -> dict[int, tuple[str, float]]:
-    """pid → (name, RSS MiB) of every Ray process on this machine, read from /proc."""
-    out = {}
+def descendants(root: int) -> set[int]:
+    """Every process below ``root`` (Ray started by this driver: raylet, GCS, workers)."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def ray_processes() -> dict[int, tuple[str, float]]:
+    """pid → (name, RSS MiB) of this driver's Ray processes (not other Rays on the machine)."""
+    out = {}
+    for pid in descendants(os.getpid()):
+        entry = Path("/proc") / str(pid)
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
             status = (entry / "status").read_text()
@@ -119,7 +137,10 @@ def main() -> None:
         probe = pipeline.run(args.config, show_progress=False, **{
             "train.epochs": 2, "run.output": f"{args.output}/calibrate",
             "profile.enabled": False})
-        epoch_s = probe.summary["wall_seconds"] / 2
+        # steady epochs (start-up excluded), so the soak lasts about --minutes
+        epoch_s = sum(json.loads(line)["epoch_seconds"] for line in
+                      (probe.output / "metrics.jsonl").read_text().splitlines()
+                      ) / 2 * 1.3  # + validation and checkpoint per epoch
         epochs = max(2, math.ceil(args.minutes * 60 / epoch_s))
         sampler = Sampler(args.interval)
         sampler.start()

@@ -87,7 +87,7 @@ def feedline(work: Workload) -> Iterator[Iterator[Batch]]:
     shard = plan.train.streaming_split(1, equal=True)[0]
     batches = shard.iter_batches(batch_size=work.batch_size, batch_format="numpy",
                                  prefetch_batches=config.prefetch_batches)
-    uint8 = {"image": (config.mean, config.std)} if transfer.ship_uint8 else None
+    uint8 = {"image": config.channel_stats()} if transfer.ship_uint8 else None
     with DeviceFeeder.from_config(batches, transfer, device="cpu", uint8_normalize=uint8,
                                   timeout_s=config.stall_timeout_s) as feeder:
         yield iter(feeder)

@@ -73,6 +73,11 @@ class DataConfig:
     sample_timeout_s: float = option(10.0, "a sample whose read and decode takes longer is "
                                            "quarantined", gt=0)
 
+    def channel_stats(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """``(mean, std)`` with one value per channel (a single value applies to every one)."""
+        return (self.mean * (self.channels // len(self.mean)),
+                self.std * (self.channels // len(self.std)))
+
     def check(self) -> list[str]:
         errors = []
         if self.channels not in (1, 3):

@@ -52,8 +52,9 @@ def plan_source(config: DataConfig) -> tuple[SourcePlan, ReaderSpec]:
     limits = dict(max_bad_fraction=config.max_bad_fraction,
                   max_consecutive_bad=config.max_consecutive_bad,
                   sample_timeout_s=config.sample_timeout_s)
-    common = dict(image_size=config.image_size, channels=config.channels, mean=config.mean,
-                  std=config.std, transform=config.transform, **limits)
+    mean, std = config.channel_stats()
+    common = dict(image_size=config.image_size, channels=config.channels, mean=mean, std=std,
+                  transform=config.transform, **limits)
     if isinstance(source, ParquetSource):
         plan, features = plan_parquet(source)
         return plan, ReaderSpec(kind="table", origin=plan.origin, features=features,

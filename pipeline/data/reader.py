@@ -93,7 +93,7 @@ class SampleReader:
         self.seen = self.bad = self.consecutive_bad = self.longest_bad_run = 0
         self.first_bad: list[dict[str, Any]] = []
         self.transform = load_callable(spec.transform, "data.transform") if spec.transform else None
-        channels = spec.channels
+        channels = spec.channels  # a single mean/std applies to every channel
         self._mean = np.asarray(spec.mean * (channels // len(spec.mean)), np.float32)[:, None, None]
         self._std = np.asarray(spec.std * (channels // len(spec.std)), np.float32)[:, None, None]
 

@@ -72,7 +72,7 @@ def _feeder(shard, spec: WorkerSpec, device: torch.device) -> DeviceFeeder:
     transfer = cfg.transfer
     if spec.field != "image":  # feature columns are float already; only images ship as uint8
         transfer = replace(transfer, ship_uint8=False)
-    uint8 = {"image": (cfg.data.mean, cfg.data.std)} if transfer.ship_uint8 else None
+    uint8 = {"image": cfg.data.channel_stats()} if transfer.ship_uint8 else None
     return DeviceFeeder.from_config(batches, transfer, device=device, uint8_normalize=uint8,
                                     timeout_s=cfg.data.stall_timeout_s)
 

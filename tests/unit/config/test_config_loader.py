@@ -117,3 +117,8 @@ def test_every_field_is_documented():
     undocumented = [name for name, _, doc in rows if not doc]
     assert not undocumented
     assert ("train.epochs", "5", "passes over the training split") in rows
+
+
+def test_single_mean_and_std_apply_to_every_channel():
+    config = load_config({"data": {"channels": 3, "mean": [0.5], "std": [0.25]}})
+    assert config.data.channel_stats() == ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
