@@ -26,7 +26,6 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -86,31 +85,6 @@ class IngestBenchConfig:
 
     def resolved_workers(self) -> int:
         return self.workers or os.cpu_count() or 1
-
-
-@contextmanager
-def ray_session(num_cpus: int | None = None):
-    """Join the Ray already initialised (tests, embedding) or named by ``RAY_ADDRESS``; else
-    start a local one and stop exactly that one on exit. Yields whether it started Ray."""
-    import ray
-
-    if ray.is_initialized():
-        yield False
-        return
-    address = os.environ.get("RAY_ADDRESS")
-    if address and address != "local":
-        ray.init(address=address, configure_logging=False, log_to_driver=False)
-        started = False
-    else:
-        # "local", never auto-discovery: another session's Ray on this host is not ours to use.
-        # Workers' logs stay in Ray's log folder; a failure still raises here with its trace.
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                 configure_logging=False, log_to_driver=False)
-        started = True
-    try:
-        yield started
-    finally:
-        ray.shutdown()
 
 
 def _workload(config: IngestBenchConfig) -> Workload:
@@ -174,7 +148,11 @@ def run_ingest_bench(config: IngestBenchConfig,
     context.enable_progress_bars = False  # output noise, the same for both Ray contenders
     runs: list[dict[str, Any]] = []
     try:
-        with ray_session(config.ray_cpus or None) as started_ray:
+        from pipeline.train.session import ray_session
+
+        # Workers' logs stay in Ray's log folder; a failure still raises here with its trace.
+        with ray_session(None, config.ray_cpus, dashboard=False, log_to_driver=False) as session:
+            started_ray = session.mode == "local"
             say(f"warm-up: {', '.join(config.contenders)} (outputs cross-checked)")
             warmup, sums = [], {}
             for name in config.contenders:

@@ -23,17 +23,19 @@ class RaySession:
 
 
 @contextmanager
-def ray_session(address: str | None = "", num_cpus: int = 0, *,
-                dashboard: bool = True) -> Iterator[RaySession]:
+def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool = True,
+                log_to_driver: bool = True) -> Iterator[RaySession]:
     """Connect for the duration of the block; disconnect (or stop) only what this call started."""
     import ray
 
     address = address or os.environ.get("RAY_ADDRESS", "")
+    if address == "local":  # Ray's own word for "start a new local cluster"
+        address = ""
     if ray.is_initialized():
         yield RaySession(ray.get_runtime_context().gcs_address, "embedded")
         return
     if address:
-        ray.init(address=address, log_to_driver=True)
+        ray.init(address=address, log_to_driver=log_to_driver)
         mode = "joined"
     else:
         cpus = num_cpus or os.cpu_count() or 1
@@ -41,7 +43,7 @@ def ray_session(address: str | None = "", num_cpus: int = 0, *,
         # to loopback so a local run exposes nothing to the network.
         # address="local": never attach to another Ray that `ray start` left on this machine.
         ray.init(address="local", num_cpus=cpus, include_dashboard=dashboard,
-                 dashboard_host="127.0.0.1", log_to_driver=True)
+                 dashboard_host="127.0.0.1", log_to_driver=log_to_driver)
         mode = "local"
     try:
         yield RaySession(ray.get_runtime_context().gcs_address, mode)
