@@ -91,7 +91,8 @@ def write_profile(config: Config, output: Path, monitor: ProgressMonitor, *,
         write_artifacts,
     )
 
-    ranks = {rank: combine_summaries(epochs) for rank, epochs in monitor.profiles.items()}
+    ranks = {rank: combine_summaries(epochs.values())
+             for rank, epochs in monitor.profiles.items()}
     merged = merge_ranks(ranks)
     context = context_from_config(config, device=device)
     diagnosis = diagnose(merged, monitor.data_ops, config.profile, context)

@@ -37,13 +37,15 @@ class ProgressMonitor:
         self.epoch_records: dict[int, dict[int, dict]] = defaultdict(dict)
         self.epoch_metrics: list[dict] = []
         self.transfer: dict[int, dict] = {}
-        self.profiles: dict[int, list[dict]] = defaultdict(list)  # rank → epoch summaries
+        # rank → epoch → span summary (an epoch repeated after a restart replaces the first try)
+        self.profiles: dict[int, dict[int, dict]] = defaultdict(dict)
         self.events: dict[int, list[dict]] = {}
         self.data_ops: list[dict] = []
         # epoch → rank → sample ids; a rank that repeats an epoch after a restart replaces it
         self.delivered: dict[int, dict[int, object]] = defaultdict(dict)
         self.probe: dict | None = None  # the end-of-run link probe, from rank 0
         self.attempts: list[dict | None] = []  # rank 0's starts: None, then where it resumed
+        self._reported: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
         self._progress = Progress(
@@ -98,14 +100,15 @@ class ProgressMonitor:
         rank = record["rank"]
         self.epoch_records[epoch][rank] = record
         if record.get("profile"):
-            self.profiles[rank].append(record["profile"])
+            self.profiles[rank][epoch] = record["profile"]
         if record.get("events"):
             self.events[rank] = record["events"]
         if record.get("data_ops"):
             self.data_ops = record["data_ops"]
         self.delivered[epoch][rank] = record["ids"]
-        if len(self.epoch_records[epoch]) < self.world_size:
-            return
+        if len(self.epoch_records[epoch]) < self.world_size or epoch in self._reported:
+            return  # not every rank yet, or an epoch repeated after a restart: one line each
+        self._reported.add(epoch)
         ranks = self.epoch_records[epoch]
         self.transfer = {r: v["transfer"] for r, v in ranks.items()}  # cumulative per rank
         merged = {k: v for k, v in ranks[0].items() if k not in _PER_RANK}
