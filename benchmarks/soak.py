@@ -120,9 +120,23 @@ def slopes(samples: list[dict], warmup_min: float) -> list[dict]:
     return sorted(rows, key=lambda r: -r["slope_mib_per_min"])
 
 
+def calibrate(args: argparse.Namespace) -> int:
+    """Epochs that make the soak last about ``--minutes``, from two steady epochs."""
+    import pipeline
+
+    probe = pipeline.run(args.config, show_progress=False, **{
+        "train.epochs": 2, "run.output": f"{args.output}/calibrate", "profile.enabled": False})
+    epoch_s = sum(json.loads(line)["epoch_seconds"] for line in
+                  (probe.output / "metrics.jsonl").read_text().splitlines()
+                  ) / 2 * 1.3  # + validation and checkpoint per epoch
+    return max(2, math.ceil(args.minutes * 60 / epoch_s))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--epochs", type=int, default=0,
+                        help="run this many epochs instead of calibrating to --minutes")
     parser.add_argument("--config", default=str(ROOT / "examples" / "quickstart.yaml"))
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--warmup", type=float, default=2.0, help="minutes ignored by the fit")
@@ -134,14 +148,7 @@ def main() -> None:
     from pipeline.train.session import ray_session
 
     with ray_session():
-        probe = pipeline.run(args.config, show_progress=False, **{
-            "train.epochs": 2, "run.output": f"{args.output}/calibrate",
-            "profile.enabled": False})
-        # steady epochs (start-up excluded), so the soak lasts about --minutes
-        epoch_s = sum(json.loads(line)["epoch_seconds"] for line in
-                      (probe.output / "metrics.jsonl").read_text().splitlines()
-                      ) / 2 * 1.3  # + validation and checkpoint per epoch
-        epochs = max(2, math.ceil(args.minutes * 60 / epoch_s))
+        epochs = args.epochs or calibrate(args)
         sampler = Sampler(args.interval)
         sampler.start()
         started = time.monotonic()
