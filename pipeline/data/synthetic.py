@@ -16,12 +16,11 @@ temporary folder renamed into place, so two runs starting at once never see half
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from pipeline.data.sources.cache import is_complete, publish_once
 
 logger = logging.getLogger(__name__)
 
@@ -76,33 +75,18 @@ def write_synthetic(cache_dir: str | Path, *, count: int, size: tuple[int, int] 
         raise ValueError(f"size ({size}) must be at least (8, 8) pixels")
     base = Path(cache_dir).expanduser()
     root = base / f"{fmt}-n{count}-{height}x{width}-c{classes}-s{seed}"
-    marker = root / ".complete"
-    if marker.exists():
+    if is_complete(root):
         return root
     from PIL import Image
 
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".synthetic-", dir=base))
-    try:
-        ext = FORMATS[fmt]
+    ext = FORMATS[fmt]
+    options = {"quality": JPEG_QUALITY} if fmt == "jpeg" else {}
+    with publish_once(root, ".synthetic-") as tmp:
         for sample_id in range(count):
             label = synthetic_label(sample_id, count, classes)
             folder = tmp / f"class_{label:02d}"
             folder.mkdir(exist_ok=True)
             image = Image.fromarray(synthetic_image(sample_id, size, seed), mode="RGB")
-            options = {"quality": JPEG_QUALITY} if fmt == "jpeg" else {}
             image.save(folder / f"{sample_id:07d}{ext}", **options)
-        (tmp / ".complete").touch()
-        try:
-            os.rename(tmp, root)
-        except OSError:  # another run won the race, or a stale partial folder is in the way
-            if marker.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:
-                shutil.rmtree(root, ignore_errors=True)
-                os.rename(tmp, root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("wrote %d synthetic %s images to %s", count, fmt, root)
     return root

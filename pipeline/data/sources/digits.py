@@ -8,14 +8,12 @@ once never see a half-written cache.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.data.sources.base import SourcePlan
+from pipeline.data.sources.cache import is_complete, publish_once
 from pipeline.data.sources.image_folder import plan_image_folder
 
 logger = logging.getLogger(__name__)
@@ -26,8 +24,7 @@ DIGIT_COUNT = 1797
 def write_digits(cache_dir: str | Path) -> Path:
     """Write the digits as ROOT/<digit>/<index>.png once; return ROOT."""
     root = Path(cache_dir).expanduser()
-    marker = root / ".complete"
-    if marker.exists():
+    if is_complete(root):
         return root
     try:
         from sklearn.datasets import load_digits
@@ -37,22 +34,12 @@ def write_digits(cache_dir: str | Path) -> Path:
     from PIL import Image
 
     digits = load_digits()
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".digits-", dir=root.parent))
-    for index, (image, target) in enumerate(zip(digits.images, digits.target, strict=True)):
-        pixels = np.clip(image * (255.0 / 16.0), 0, 255).astype(np.uint8)
-        big = Image.fromarray(pixels, mode="L").resize((32, 32), Image.Resampling.BILINEAR)
-        (tmp / str(target)).mkdir(exist_ok=True)
-        big.save(tmp / str(target) / f"{index:04d}.png")
-    (tmp / ".complete").touch()
-    try:
-        os.rename(tmp, root)
-    except OSError:  # another run won the race, or a stale partial folder is in the way
-        if not marker.exists():
-            shutil.rmtree(root, ignore_errors=True)
-            os.rename(tmp, root)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    with publish_once(root, ".digits-") as tmp:
+        for index, (image, target) in enumerate(zip(digits.images, digits.target, strict=True)):
+            pixels = np.clip(image * (255.0 / 16.0), 0, 255).astype(np.uint8)
+            big = Image.fromarray(pixels, mode="L").resize((32, 32), Image.Resampling.BILINEAR)
+            (tmp / str(target)).mkdir(exist_ok=True)
+            big.save(tmp / str(target) / f"{index:04d}.png")
     logger.info("wrote %d digit images to %s", DIGIT_COUNT, root)
     return root
 
