@@ -91,7 +91,7 @@ def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device) -
 
 
 def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProfiler,
-                 metrics: TrainMetrics, spec: WorkerSpec, epoch: int, device: torch.device,
+                 gauges: TrainMetrics, spec: WorkerSpec, epoch: int, device: torch.device,
                  skip: torch.Tensor | None = None,
                  on_step: Callable[[int, list], None] | None = None,
                  ) -> tuple[int, int, float, float, np.ndarray]:
@@ -112,22 +112,27 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
     moved = 0
     ids = []  # device tensors; one copy to the host at the end of the epoch, not one per step
     batches = iter(feeder)
+
+    def fetch() -> dict | None:
+        """The next batch, without the ids a restarted epoch already trained."""
+        for batch in batches:
+            if skip is None:
+                return batch
+            keep = ~torch.isin(batch["id"], skip)
+            if keep.any():
+                return {k: v[keep] for k, v in batch.items()}
+        return None
+
     # The first batch of an epoch waits for Ray Data to start (actors, first blocks): reported
     # as first_batch_s, kept out of the steady-state step profile the diagnosis reads.
     step_start = time.perf_counter()
-    batch = next(batches, None)
+    batch = fetch()
     first_batch_s = waited = time.perf_counter() - step_start
     while batch is not None:
         stats = feeder.stats
         if steps:
             prof.add("h2d", min(stats.copy_s - copy_s, waited), within="data_wait")
         copy_s = stats.copy_s
-        if skip is not None:
-            keep = ~torch.isin(batch["id"], skip)
-            batch = {k: v[keep] for k, v in batch.items()}
-            if not len(batch["id"]):
-                batch = next(batches, None)
-                continue
         x, y = batch[spec.field], batch["label"]
         ids.append(batch["id"])
         with prof.span("forward"):
@@ -139,8 +144,8 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
             optimizer.zero_grad(set_to_none=True)
         prof.step_done(samples=len(y))
         now = time.perf_counter()
-        metrics.step(samples=len(y), step_s=now - step_start, wait_s=waited,
-                     h2d_bytes=stats.bytes - moved)
+        gauges.step(samples=len(y), step_s=now - step_start, wait_s=waited,
+                    h2d_bytes=stats.bytes - moved)
         step_start, moved = now, stats.bytes
         samples += len(y)
         steps += 1
@@ -153,7 +158,7 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
             last_push = now
         waited = time.perf_counter()
         with prof.span("data_wait"):
-            batch = next(batches, None)
+            batch = fetch()
         waited = time.perf_counter() - waited
     seen = torch.cat(ids).cpu().numpy() if ids else np.empty(0, np.int64)
     return samples, steps, float(loss_sum), first_batch_s, seen
