@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import io
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,9 +80,22 @@ def bad_fraction_message(limit: float, bad: int, seen: int, origin: str,
             f"data.max_bad_fraction")
 
 
-# A reader judges the bad fraction only after this many samples, so one bad file among the
-# first few does not stop a run.
+# A reader judges the bad fraction only after this many samples, and then stops the run only
+# when the fraction is clearly above the limit: the Wilson lower bound at Z standard errors
+# exceeds it. A 2.5% bad set with a 5% limit must not stop because 7 of the first 128 samples
+# happened to be bad; a fraction just above the limit is caught by the driver's exact check
+# over the whole epoch (quarantine.check_bad_fraction).
 MIN_SAMPLES_FOR_FRACTION = 100
+Z = 3.0
+
+
+def clearly_above(bad: int, seen: int, limit: float, z: float = Z) -> bool:
+    """Whether ``bad`` of ``seen`` shows a bad fraction above ``limit`` beyond sampling noise."""
+    if seen < MIN_SAMPLES_FOR_FRACTION:
+        return False
+    p, z2 = bad / seen, z * z
+    spread = z * math.sqrt(p * (1 - p) / seen + z2 / (4 * seen * seen))
+    return (p + z2 / (2 * seen) - spread) / (1 + z2 / seen) > limit
 
 
 class SampleReader:
@@ -198,8 +212,7 @@ class SampleReader:
             message = (f"data.max_consecutive_bad ({spec.max_consecutive_bad}) exceeded: "
                        f"{self.longest_bad_run} bad samples in a row from {spec.origin}; "
                        f"first: {first_sources(self.first_bad)}")
-        elif (self.seen >= MIN_SAMPLES_FOR_FRACTION
-              and self.bad / self.seen > spec.max_bad_fraction):
+        elif clearly_above(self.bad, self.seen, spec.max_bad_fraction):
             message = bad_fraction_message(spec.max_bad_fraction, self.bad, self.seen,
                                            spec.origin, self.first_bad)
         if message:

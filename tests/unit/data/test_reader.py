@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from pipeline.data import ReaderSpec, SampleReader
-from pipeline.data.reader import BadSampleThresholdError
+from pipeline.data.reader import BadSampleThresholdError, clearly_above
 from pipeline.data.sources import plan_image_folder
 
 
@@ -116,18 +116,31 @@ def test_consecutive_bad_samples_stop_the_run(image_folder):
     assert len(out["id"]) == 4
 
 
-def test_bad_fraction_stops_the_run_after_enough_samples(tmp_path):
+def folder_with_bad(tmp_path, every: int):
     from tests.unit.data.conftest import write_folder
 
     root = write_folder(tmp_path / "many", per_class=60, size=(4, 4))
-    for path in sorted((root / "cat").iterdir())[::6]:
+    for path in sorted((root / "cat").iterdir())[::every]:
         path.write_bytes(b"junk")
-    plan = plan_image_folder(root)
     spec = ReaderSpec(kind="image", origin="many", image_size=(4, 4), channels=1,
                       max_bad_fraction=0.05)
+    return manifest_batch(plan_image_folder(root)), spec
+
+
+def test_bad_fraction_clearly_above_the_limit_stops_the_run(tmp_path):
+    batch, spec = folder_with_bad(tmp_path, every=3)
     with pytest.raises(BadSampleThresholdError, match=r"data.max_bad_fraction \(0.05\) exceeded: "
-                                                      r"10 of 120 samples \(8.3%\)"):
-        SampleReader(spec)(manifest_batch(plan))
+                                                      r"20 of 120 samples \(16.7%\)"):
+        SampleReader(spec)(batch)
+
+
+def test_a_noisy_start_does_not_stop_the_run(tmp_path):
+    # 10 of 120 (8.3%) is within noise of a 5% limit this early: the driver's exact check over
+    # the whole epoch decides (check_bad_fraction)
+    batch, spec = folder_with_bad(tmp_path, every=6)
+    assert len(SampleReader(spec)(batch)["id"]) == 110
+    assert not clearly_above(7, 128, 0.05)  # 7 of the first 128 from a 2.5% bad set
+    assert clearly_above(30, 300, 0.05) and clearly_above(60, 200, 0.05)
 
 
 def test_slow_sample_is_quarantined_with_the_timeout(image_folder):
