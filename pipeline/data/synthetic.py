@@ -90,3 +90,20 @@ def write_synthetic(cache_dir: str | Path, *, count: int, size: tuple[int, int] 
             image.save(folder / f"{sample_id:07d}{ext}", **options)
     logger.info("wrote %d synthetic %s images to %s", count, fmt, root)
     return root
+
+
+CORRUPTIONS = ("empty", "garbage", "truncated")
+
+
+def corrupt_files(paths: list[Path], seed: int = 0) -> dict[str, str]:
+    """Break ``paths`` in place, cycling through :data:`CORRUPTIONS` (zero bytes, random bytes,
+    the first third of the file); returns path → kind. For bad-sample tests and benchmarks."""
+    kinds = {}
+    for n, path in enumerate(paths):
+        kind = CORRUPTIONS[n % len(CORRUPTIONS)]
+        data = Path(path).read_bytes()
+        Path(path).write_bytes(b"" if kind == "empty" else
+                               np.random.default_rng([seed, n]).bytes(300) if kind == "garbage"
+                               else data[: len(data) // 3])
+        kinds[str(path)] = kind
+    return kinds
