@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from pipeline.config import Config, load_config, to_dict
+from pipeline.config import Config, ConfigError, load_config, to_dict
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,15 @@ def output_dir(config: Config) -> Path:
     if config.run.output:
         return Path(config.run.output).expanduser()
     return Path("runs") / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def finished(out: Path) -> None:
+    """Refuse a run directory that holds a finished run. One whose run failed or was stopped is
+    fine: Ray Train finds that run's checkpoints there and the job resumes from the last one."""
+    previous = out / "summary.json"
+    if previous.exists() and json.loads(previous.read_text()).get("status") == "succeeded":
+        raise ConfigError([f"run.output ({str(out)!r}) already holds a finished run; choose "
+                           f"another run.output"])
 
 
 def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = (),
@@ -50,6 +59,7 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     cfg = load_config(config, sets)
     console = console or Console(stderr=True, soft_wrap=True)
     out = output_dir(cfg)
+    finished(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     with ray_session(cfg.run.address, cfg.run.num_cpus) as session:

@@ -41,6 +41,19 @@ Source = ImageFolderSource | DigitsSource | ParquetSource
 
 
 @dataclass(frozen=True, kw_only=True)
+class AugmentConfig:
+    """Per-sample random flips and crops of training images (never validation)."""
+
+    hflip: float = option(0.0, "probability of a horizontal flip", ge=0, le=1)
+    crop_padding: int = option(0, "random crop after padding each side by this many pixels "
+                                  "with the mean (a shift of up to ± that many)", ge=0)
+
+    @property
+    def enabled(self) -> bool:
+        return self.hflip > 0 or self.crop_padding > 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class DataConfig:
     """The preprocessing stage: a source, decoding on Ray Data CPU workers, and the split."""
 
@@ -54,6 +67,11 @@ class DataConfig:
                                     gt=0)
     transform: str = option("", "optional 'module:function' applied to each decoded batch "
                                 "(dict of numpy arrays in, same out) inside Ray Data workers")
+    augment: AugmentConfig = field(default_factory=AugmentConfig, metadata={
+        "doc": "random flips/crops of training images on the device, seeded by (seed, epoch, id)"})
+    shuffle_buffer: int = option(0, "rows each trainer shuffles in a sliding window before "
+                                    "batching, reseeded every epoch from (seed, epoch, rank); "
+                                    "0 keeps the manifest's order (shuffled once)", ge=0)
     val_fraction: float = option(0.2, "share of samples held out for validation", ge=0, lt=1)
     seed: int = option(0, "seed of the split and of any augmentation")
     concurrency: tuple[int, int] = option((1, 2), "[min, max] preprocessing actors (autoscaled)",
@@ -87,6 +105,9 @@ class DataConfig:
             if len(values) not in (1, self.channels):
                 errors.append(f"{name} ({list(values)}) needs 1 or {self.channels} values, one per "
                               f"channel")
+        if self.augment.enabled and isinstance(self.source, ParquetSource):
+            errors.append("augment flips and crops images; the parquet source gives feature "
+                          "columns: remove data.augment")
         low, high = self.concurrency
         if low > high:
             errors.append(f"concurrency ({[low, high]}) must be [min, max] with min <= max")

@@ -31,12 +31,15 @@ class Resume:
     step: int
 
 
-def load(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-         device: torch.device) -> Resume | None:
-    """Restore from Ray Train's latest checkpoint, if this run has one (after a restart)."""
+def load(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+         start_from: str = "") -> Resume | None:
+    """Restore from Ray Train's latest checkpoint of this run (after a restart, or a rerun into
+    the same run directory), else from ``start_from`` (``train.resume_from``), else None."""
     import ray.train
 
     checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None and start_from:
+        checkpoint = ray.train.Checkpoint.from_directory(start_from)
     if checkpoint is None:
         return None
     with checkpoint.as_directory() as path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from pipeline.config.options import option
@@ -30,3 +31,16 @@ class TrainConfig:
                                   "from the last checkpoint, mid-epoch", ge=0)
     checkpoint_every: int = option(0, "also checkpoint every N steps inside an epoch (0: at "
                                       "epoch ends only)", ge=0)
+    keep_checkpoints: int = option(2, "checkpoints kept under RUN_DIR/ray/train (the newest)",
+                                   ge=1)
+    resume_from: str = option("", "checkpoint folder to start from (RUN_DIR/checkpoint or one "
+                                  "under RUN_DIR/ray/train): resumes at its epoch and step")
+    deterministic: bool = option(False, "same seed and worker count → the same batches on every "
+                                        "rank and the same weights, across restarts too (Ray "
+                                        "Data keeps block order; costs some throughput)")
+
+    def check(self) -> list[str]:
+        if self.resume_from and not (Path(self.resume_from) / "model.pt").is_file():
+            return [f"resume_from ({self.resume_from!r}) is not a checkpoint folder (no model.pt); "
+                    f"give RUN_DIR/checkpoint or a folder under RUN_DIR/ray/train"]
+        return []

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 
 from pipeline.collective import choose_backend
@@ -108,6 +109,17 @@ def write_profile(config: Config, output: Path, monitor: ProgressMonitor, *,
     return summary_fields(merged, diagnosis)
 
 
+def write_delivered(path: Path, monitor: ProgressMonitor) -> None:
+    """Every rank's sample ids per epoch, in training order (``e1_rank0``, ...), and the ids an
+    epoch committed before a restart (``e1_before_restart``): the run's data order, for audits
+    and for comparing runs."""
+    arrays = {f"e{e}_rank{r}": np.asarray(ids, np.int64)
+              for e, ranks in monitor.delivered.items() for r, ids in ranks.items()}
+    arrays |= {f"e{e}_before_restart": np.asarray(ids, np.int64)
+               for e, ids in monitor.resumed_ids.items()}
+    np.savez_compressed(path, **arrays)
+
+
 def _sum_transfer(per_rank: dict[int, dict]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for stats in per_rank.values():
@@ -127,6 +139,8 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
     from ray.train.torch import TorchConfig, TorchTrainer
 
     train = config.train
+    if train.deterministic and plan.use_gpu:  # cuBLAS needs this for deterministic matmuls
+        env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"} | env
     datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
     return TorchTrainer(
         train_loop,
@@ -140,11 +154,13 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
             name="train", storage_path=str(output.resolve() / "ray"),
             worker_runtime_env={"env_vars": env},
             failure_config=FailureConfig(max_failures=train.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=2)),
+            checkpoint_config=CheckpointConfig(num_to_keep=train.keep_checkpoints)),
         datasets=datasets,
-        # Ray Data's budget is what the trainers leave: the two never compete for CPUs.
+        # Ray Data's budget is what the trainers leave: the two never compete for CPUs. Kept
+        # block order makes streaming_split hand every rank the same rows in every run.
         dataset_config=DataConfig(execution_options=ExecutionOptions(
-            resource_limits=ExecutionResources(cpu=plan.data_cpus))),
+            resource_limits=ExecutionResources(cpu=plan.data_cpus),
+            preserve_order=train.deterministic)),
     )
 
 
@@ -202,11 +218,14 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     samples = sum(m["samples"] for m in monitor.epoch_metrics)
     train_seconds = sum(m["epoch_seconds"] for m in monitor.epoch_metrics)
     quarantined = [r["id"] for r in bad]
-    accounting = ([account_epoch(data.train_ids, monitor.delivered[e].values(),
+    before_restart = np.empty(0, np.int64)
+    accounting = ([account_epoch(data.train_ids, [*monitor.delivered[e].values(),
+                                                  monitor.resumed_ids.get(e, before_restart)],
                                  quarantined=quarantined,
                                  world_size=config.train.num_workers)
                    | {"epoch": e} for e in sorted(monitor.delivered)]
                   if data.train_ids is not None else [])
+    write_delivered(output / "delivered.npz", monitor)
     summary = {
         "status": "succeeded",
         "name": config.run.name,

@@ -32,6 +32,7 @@ from pipeline.collective import (
     wrap_ddp,
 )
 from pipeline.config import Config
+from pipeline.data.augment import augment
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
 from pipeline.train import checkpoint
@@ -64,11 +65,16 @@ def _device(use_gpu: bool) -> torch.device:
     return torch.device("cpu")
 
 
-def _feeder(shard, spec: WorkerSpec, device: torch.device) -> DeviceFeeder:
-    """One epoch of the shard, host batches from Ray Data → device batches (transfer stage)."""
+def _feeder(shard, spec: WorkerSpec, device: torch.device,
+            shuffle_seed: int | None = None) -> DeviceFeeder:
+    """One epoch of the shard, host batches from Ray Data → device batches (transfer stage).
+    ``shuffle_seed``: shuffle rows in a ``data.shuffle_buffer`` window with this seed."""
     cfg = spec.config
+    shuffle = cfg.data.shuffle_buffer if shuffle_seed is not None else 0
     batches = shard.iter_batches(batch_size=cfg.train.batch_size, batch_format="numpy",
-                                 prefetch_batches=cfg.data.prefetch_batches)
+                                 prefetch_batches=cfg.data.prefetch_batches,
+                                 local_shuffle_buffer_size=shuffle or None,
+                                 local_shuffle_seed=shuffle_seed if shuffle else None)
     transfer = cfg.transfer
     if spec.field != "image":  # feature columns are float already; only images ship as uint8
         transfer = replace(transfer, ship_uint8=False)
@@ -103,6 +109,7 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
     batches. ``on_step(steps, ids)`` runs after every step (mid-epoch checkpoints).
     """
     loss_fn = nn.CrossEntropyLoss()
+    augment_config, seed = spec.config.data.augment, spec.config.data.seed
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
     samples = steps = 0
@@ -135,7 +142,9 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
         copy_s = stats.copy_s
         x, y = batch[spec.field], batch["label"]
         ids.append(batch["id"])
-        with prof.span("forward"):
+        with prof.span("forward"):  # augmentation is device work of the step: counted here
+            if augment_config.enabled:
+                x = augment(x, batch["id"], seed=seed, epoch=epoch, config=augment_config)
             loss = loss_fn(ddp(x), y)
         with prof.span("backward"):
             loss.backward()
@@ -181,6 +190,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.set_num_threads(max(1, int(cfg.train.cpus_per_worker)))
     torch.manual_seed(cfg.train.seed)
+    if cfg.train.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
     device = _device(spec.use_gpu)
 
     model = build_model(cfg.train.model, input_shape=spec.sample_shape,
@@ -195,7 +206,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     train_shard = ray.train.get_dataset_shard("train")
     val_shard = ray.train.get_dataset_shard("val") if spec.has_val else None
 
-    resume = checkpoint.load(model, optimizer, device)
+    resume = checkpoint.load(model, optimizer, device, cfg.train.resume_from)
     meta = {"model": cfg.train.model, "input_shape": list(spec.sample_shape),
             "num_classes": spec.num_classes}
     spec.reporter.push.remote({"type": "start", "rank": rank,
@@ -222,12 +233,13 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         # Uneven inputs after a resume: DDP's join keeps ranks that run out in step with the rest.
         uneven = ddp.join() if resumed and isinstance(ddp, nn.parallel.DistributedDataParallel) \
             else contextlib.nullcontext()
-        with _feeder(train_shard, spec, device) as feeder, uneven:
+        # a new window shuffle every epoch, the same one after a restart
+        shuffle_seed = int(np.random.SeedSequence([cfg.data.seed, epoch, rank])
+                           .generate_state(1)[0])
+        with _feeder(train_shard, spec, device, shuffle_seed) as feeder, uneven:
             samples, steps, loss_sum, first_batch_s, seen = _train_epoch(
                 feeder, ddp, optimizer, prof, gauges, spec, epoch, device, skip=skip,
                 on_step=None if resumed else on_step)
-        if resumed and rank == 0:  # committed this epoch: before the restart, and after it
-            seen = np.concatenate([resume.consumed, seen])
         gauges.flush()
         transfer = transfer.merged(feeder.stats) if transfer else feeder.stats
         wall = time.perf_counter() - start
@@ -254,6 +266,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         spec.reporter.push.remote({
             "type": "epoch", "rank": rank, **metrics, "rank_samples": samples,
             "rank_seconds": wall, "transfer": transfer.as_dict(), "ids": seen,
+            # committed this epoch before the restart (every rank's), sent once
+            "resumed_ids": resume.consumed if resumed and rank == 0 else None,
             "profile": prof.epoch_summary() if prof.enabled else None,
             # the timeline keeps the last epoch's steps; operator stats come from rank 0
             "events": prof.trace_events() if prof.enabled and last else None,

@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
 _PER_RANK = ("type", "rank", "rank_samples", "rank_seconds", "transfer", "profile", "events",
-             "data_ops", "ids")
+             "data_ops", "ids", "resumed_ids")
 
 
 class ProgressMonitor:
@@ -41,8 +41,10 @@ class ProgressMonitor:
         self.profiles: dict[int, dict[int, dict]] = defaultdict(dict)
         self.events: dict[int, list[dict]] = {}
         self.data_ops: list[dict] = []
-        # epoch → rank → sample ids; a rank that repeats an epoch after a restart replaces it
+        # epoch → rank → sample ids in training order; a rank that repeats an epoch after a
+        # restart replaces it, and that epoch's ids committed before the restart are kept apart
         self.delivered: dict[int, dict[int, object]] = defaultdict(dict)
+        self.resumed_ids: dict[int, object] = {}
         self.probe: dict | None = None  # the end-of-run link probe, from rank 0
         self.attempts: list[dict | None] = []  # rank 0's starts: None, then where it resumed
         self._reported: set[int] = set()
@@ -106,6 +108,8 @@ class ProgressMonitor:
         if record.get("data_ops"):
             self.data_ops = record["data_ops"]
         self.delivered[epoch][rank] = record["ids"]
+        if record.get("resumed_ids") is not None:
+            self.resumed_ids[epoch] = record["resumed_ids"]
         if len(self.epoch_records[epoch]) < self.world_size or epoch in self._reported:
             return  # not every rank yet, or an epoch repeated after a restart: one line each
         self._reported.add(epoch)

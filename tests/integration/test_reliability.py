@@ -5,11 +5,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import pipeline
+from pipeline.data.synthetic import corrupt_files
 from tests.integration.test_run import QUICKSTART
-
-KINDS = ("empty", "garbage", "truncated")
 
 
 def image_folder(root: Path, good: int, bad: int) -> Path:
@@ -23,13 +23,7 @@ def image_folder(root: Path, good: int, bad: int) -> Path:
         pixels = np.clip(rng.normal(60 + 130 * label, 30, (16, 16, 3)), 0, 255).astype(np.uint8)
         Image.fromarray(pixels).save(path)
     # spread the bad files among the good ones, so they share blocks and batches with them
-    bad_paths = sorted(root.rglob("*.jpg"))[:: (good + bad) // bad][:bad]
-    for n, path in enumerate(bad_paths):
-        kind = KINDS[n % len(KINDS)]
-        data = path.read_bytes()
-        path.write_bytes(b"" if kind == "empty" else
-                         np.random.default_rng(n).bytes(300) if kind == "garbage" else
-                         data[: len(data) // 3])
+    corrupt_files(sorted(root.rglob("*.jpg"))[:: (good + bad) // bad][:bad])
     return root
 
 
@@ -82,27 +76,104 @@ def test_killed_preprocessing_actor_loses_and_duplicates_nothing(ray_cluster, tm
     assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]
 
 
-@pytest.mark.timeout(500)
-@pytest.mark.parametrize("seed", [5])
-def test_killed_training_worker_resumes_mid_epoch_exactly_once(ray_cluster, tmp_path, seed):
-    from tests.integration.models import KILL_PLAN
+# Deterministic runs with a per-epoch shuffle and random flips and crops, that checkpoint every
+# 5 steps (22 steps an epoch, 2 ranks of 32 samples a step); the model kills its worker when
+# KILL_PLAN says so.
+DETERMINISTIC = ("train.deterministic=true", "train.checkpoint_every=5",
+                 "train.keep_checkpoints=20", "train.epochs=2", "data.shuffle_buffer=256",
+                 "data.augment.hflip=0.5", "data.augment.crop_padding=2",
+                 "train.model=tests.integration.models:dies_once_cnn")
+BATCH = 32
 
-    step = int(np.random.default_rng(seed).integers(8, 20))  # the kill point, seeded
-    done = tmp_path / "killed"
-    KILL_PLAN.write_text(json.dumps({"rank": 1, "step": step, "done": str(done)}))
-    try:
-        summary = pipeline.run(QUICKSTART, show_progress=False, sets=[
-            "train.model=tests.integration.models:dies_once_cnn", "train.epochs=2",
-            "train.max_failures=1", "train.checkpoint_every=5",
-            f"run.output={tmp_path / 'out'}"]).summary
-    finally:
-        KILL_PLAN.unlink()
-    assert done.exists(), "the training worker was never killed"
-    assert summary["status"] == "succeeded" and summary["restarts"] == 1
-    [resumed] = summary["resumed_from"]
-    # the last checkpoint Ray Train registered before the crash: a multiple of 5 steps
-    assert resumed["epoch"] == 0 and resumed["step"] in range(5, step + 1, 5)
-    assert resumed["consumed"] == 2 * resumed["step"] * 32  # two ranks, 32 samples a step
+
+@pytest.fixture(scope="module")
+def clean_run(ray_cluster, tmp_path_factory):
+    """The reference: the deterministic run with no fault."""
+    out = tmp_path_factory.mktemp("clean") / "out"
+    return pipeline.run(QUICKSTART, show_progress=False,
+                        sets=[*DETERMINISTIC, f"run.output={out}"])
+
+
+def weights(output: Path) -> dict:
+    return torch.load(output / "checkpoint/model.pt", weights_only=True)["model"]
+
+
+def assert_same_weights(output: Path, reference) -> None:
+    mine, theirs = weights(output), weights(reference.output)
+    assert mine.keys() == theirs.keys()
+    for name, tensor in mine.items():
+        assert torch.equal(tensor, theirs[name]), f"{name} differs"
+
+
+def assert_exactly_once(summary) -> None:
+    assert summary["status"] == "succeeded" and summary["exactly_once"] is True
     for epoch in summary["accounting"]:  # committed samples: unique and complete
         assert (epoch["lost"], epoch["duplicated"]) == (0, 0), epoch
         assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]
+
+
+@pytest.mark.timeout(300)
+def test_deterministic_runs_repeat_every_batch(clean_run, tmp_path):
+    again = pipeline.run(QUICKSTART, show_progress=False,
+                         sets=[*DETERMINISTIC, f"run.output={tmp_path / 'out'}"])
+    first, second = (np.load(r.output / "delivered.npz") for r in (clean_run, again))
+    assert sorted(first.files) == sorted(second.files) == [
+        "e1_rank0", "e1_rank1", "e2_rank0", "e2_rank1"]
+    for key in first.files:
+        assert np.array_equal(first[key], second[key]), key
+    for rank in (0, 1):  # each epoch shuffles anew: the same rows, another order
+        one, two = first[f"e1_rank{rank}"], first[f"e2_rank{rank}"]
+        assert not np.array_equal(one, two) and np.array_equal(np.sort(one), np.sort(two))
+    assert_same_weights(again.output, clean_run)
+
+
+@pytest.mark.timeout(300)
+def test_restore_without_a_fault_gives_the_same_remaining_batches(clean_run, tmp_path):
+    step = 10
+    [saved] = [m.parent for m in (clean_run.output / "ray/train").glob("*/meta.json")
+               if json.loads(m.read_text())["step"] == step
+               and json.loads(m.read_text())["epoch"] == 0]
+    resumed = pipeline.run(QUICKSTART, show_progress=False, sets=[
+        *DETERMINISTIC, f"train.resume_from={saved}", f"run.output={tmp_path / 'out'}"])
+    assert resumed.summary["resumed_from"] == [
+        {"epoch": 0, "step": step, "consumed": 2 * step * BATCH}]
+    before, after = (np.load(r.output / "delivered.npz") for r in (clean_run, resumed))
+    for rank in (0, 1):  # the rest of the epoch: the same batches, in the same order
+        assert np.array_equal(after[f"e1_rank{rank}"], before[f"e1_rank{rank}"][step * BATCH:])
+        assert np.array_equal(after[f"e2_rank{rank}"], before[f"e2_rank{rank}"])
+    first_steps = np.concatenate([before[f"e1_rank{r}"][:step * BATCH] for r in (0, 1)])
+    assert np.array_equal(np.sort(after["e1_before_restart"]), np.sort(first_steps))
+    assert_exactly_once(resumed.summary)
+    assert_same_weights(resumed.output, clean_run)
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize(("seed", "recovery"), [(5, "restart"), (8, "rerun")])
+def test_killed_training_worker_resumes_mid_epoch_to_the_same_weights(clean_run, tmp_path, seed,
+                                                                       recovery):
+    """``restart``: Ray Train restarts the workers (max_failures=1). ``rerun``: the run fails,
+    and running it again into the same run directory resumes from its last checkpoint."""
+    from tests.integration.models import KILL_PLAN
+
+    step = int(np.random.default_rng(seed).integers(6, 21))  # the kill point, seeded
+    done = tmp_path / "killed"
+    KILL_PLAN.write_text(json.dumps({"rank": 1, "step": step, "done": str(done)}))
+    sets = [*DETERMINISTIC, f"run.output={tmp_path / 'out'}"]
+    try:
+        if recovery == "restart":
+            summary = pipeline.run(QUICKSTART, show_progress=False,
+                                   sets=[*sets, "train.max_failures=1"]).summary
+        else:
+            with pytest.raises(Exception, match="(?i)worker|actor|died"):
+                pipeline.run(QUICKSTART, show_progress=False, sets=sets)
+            summary = pipeline.run(QUICKSTART, show_progress=False, sets=sets).summary
+    finally:
+        KILL_PLAN.unlink()
+    assert done.exists(), "the training worker was never killed"
+    assert summary["restarts"] == (1 if recovery == "restart" else 0)
+    [resumed] = summary["resumed_from"]
+    # the last checkpoint Ray Train registered before the crash: a multiple of 5 steps
+    assert resumed["epoch"] == 0 and resumed["step"] in range(5, step + 1, 5)
+    assert resumed["consumed"] == 2 * resumed["step"] * BATCH
+    assert_exactly_once(summary)
+    assert_same_weights(tmp_path / "out", clean_run)
