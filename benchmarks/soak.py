@@ -103,6 +103,11 @@ class Sampler(threading.Thread):
             raise RuntimeError("soak sampler failed") from self.error
 
 
+def _slope(t: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares MiB/min; 0 when all samples share one time."""
+    return float(np.polyfit(t, y, 1)[0]) if np.ptp(t) > 0 else 0.0
+
+
 def slopes(samples: list[dict], warmup_min: float) -> list[dict]:
     """MiB/min of each process present in at least half the post-warm-up samples."""
     late = [s for s in samples if s["t_min"] >= warmup_min]
@@ -117,10 +122,10 @@ def slopes(samples: list[dict], warmup_min: float) -> list[dict]:
         if len(points) < max(3, len(late) // 2):
             continue  # short-lived: a task worker, not a leak candidate
         t, rss, anon = np.array(points).T
-        fit = (lambda y: float(np.polyfit(t, y, 1)[0])) if np.ptp(t) > 0 else (lambda y: 0.0)
         rows.append({"pid": pid, "name": names[pid], "samples": len(points),
                      "rss_start_mib": float(rss[0]), "rss_end_mib": float(rss[-1]),
-                     "slope_mib_per_min": fit(rss), "anon_slope_mib_per_min": fit(anon)})
+                     "slope_mib_per_min": _slope(t, rss),
+                     "anon_slope_mib_per_min": _slope(t, anon)})
     return sorted(rows, key=lambda r: -r["slope_mib_per_min"])
 
 
