@@ -15,10 +15,11 @@ SPEC.loader.exec_module(soak)
 
 
 def _samples(minutes: int, series: dict[int, tuple[str, float, float]]) -> list[dict]:
-    """One sample a minute; each pid's RSS grows by its rate from 100 MiB, anon by half."""
+    """One sample a minute; pid → (name, MiB/min, alive until minute): RSS grows by the rate
+    from 100 MiB, anonymous RSS by half of it."""
     return [{"t_min": float(t), "processes": {
-        pid: (name, 100 + rate * t, 50 + rate / 2 * t) for pid, (name, rate, _) in series.items()
-        if t < series[pid][2]}} for t in range(minutes)]
+        pid: (name, 100 + rate * t, 50 + rate / 2 * t)
+        for pid, (name, rate, until) in series.items() if t < until}} for t in range(minutes)]
 
 
 def test_slopes_fit_growth_after_warmup_and_skip_short_lived_processes():
@@ -28,12 +29,13 @@ def test_slopes_fit_growth_after_warmup_and_skip_short_lived_processes():
     for sample in samples[:3]:
         name, _, anon = sample["processes"][2]
         sample["processes"][2] = (name, 10.0, anon)
-    rows = {row["pid"]: row for row in soak.slopes(samples, warmup_min=3)}
-    assert set(rows) == {1, 2}, "pid 3 lived 6 of 17 post-warm-up minutes: not a leak candidate"
+    ordered = soak.slopes(samples, warmup_min=3)
+    rows = {row["pid"]: row for row in ordered}
+    assert set(rows) == {1, 2}, "pid 3 was in 3 of 17 post-warm-up samples: not a leak candidate"
     assert rows[1]["slope_mib_per_min"] == pytest.approx(2.0)
     assert rows[1]["anon_slope_mib_per_min"] == pytest.approx(1.0)
     assert rows[2]["slope_mib_per_min"] == pytest.approx(0.0, abs=1e-9)
-    assert [row["pid"] for row in soak.slopes(samples, 3)] == [1, 2], "steepest first"
+    assert [row["pid"] for row in ordered] == [1, 2], "steepest first"
 
 
 @pytest.mark.timeout(30)
