@@ -1,10 +1,10 @@
-"""Ingest benchmark: Feedline vs raw Ray Data vs torch DataLoader vs the ceiling, in one run.
+"""Ingest benchmark: Feedline vs tuned raw Ray Data, DataLoader and the ceiling, end to end.
 
-The same as ``pipeline bench ingest`` (one implementation: :mod:`pipeline.data.ingest_bench`),
+The same as ``pipeline bench ingest`` (one implementation: :mod:`pipeline.bench.ingest`),
 plus a ``--save`` that writes the commit-ready pair into ``benchmarks/results/``::
 
-    python benchmarks/ingest.py --quick            # seconds: checks the setup
-    python benchmarks/ingest.py --save             # 5 interleaved reps, ~5 min on 2 CPUs
+    python benchmarks/ingest.py --quick            # about a minute: checks the setup
+    python benchmarks/ingest.py --save             # 5 rotated reps, ~25 min on 2 cores
     python benchmarks/ingest.py --workers 8 --json out.json
 
 ``--save`` writes ``benchmarks/results/ingest-<date>.json`` and ``.md`` with the machine

@@ -16,6 +16,7 @@ import yaml
 from rich.console import Console
 
 from pipeline.config import Config, ConfigError, load_config, to_dict
+from pipeline.train.breakdown import JobClock, to_markdown
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,11 @@ def finished(out: Path) -> None:
 
 def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = (),
         console: Console | None = None, show_progress: bool = True,
-        **overrides: Any) -> RunResult:
+        clock: JobClock | None = None, **overrides: Any) -> RunResult:
     """Run a job. ``sets`` are CLI-style ``KEY=VALUE`` strings (values parsed as YAML);
     ``overrides`` use dotted keys (``**{"train.epochs": 3}``) or ``train__epochs=3``.
+    ``clock`` times the run from its start (the CLI's starts at process start); by default
+    the run is timed from this call.
 
     Raises :class:`~pipeline.config.ConfigError` for a bad config,
     :class:`~pipeline.train.PlanError` for a plan that would starve preprocessing,
@@ -55,6 +58,7 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     from pipeline.train.job import run_job
     from pipeline.train.session import ray_session
 
+    clock = clock or JobClock(time.time())
     sets = [*sets, *(f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in overrides.items())]
     cfg = load_config(config, sets)
     console = console or Console(stderr=True, soft_wrap=True)
@@ -62,16 +66,44 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     finished(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    with ray_session(cfg.run.address, cfg.run.num_cpus) as session:
+    clock.mark("entered")
+    with ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard) as session:
+        clock.mark("ray_started")
         console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
                       f"writing {out.resolve()}")
+        _link_ray_logs(session, out)
         try:
             summary = run_job(cfg, out, ray_address=session.address, console=console,
-                              show_progress=show_progress)
+                              clock=clock, show_progress=show_progress)
+            clock.mark("outputs_done")
         except BaseException as exc:
             failed = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
                       "ray_address": session.address}
             if not (out / "summary.json").exists():
                 (out / "summary.json").write_text(json.dumps(failed, indent=2))
             raise
+    clock.mark("ray_stopped")
+    summary = _with_breakdown(summary, clock, out)
     return RunResult(output=out, summary=summary, config=cfg)
+
+
+def _link_ray_logs(session: Any, out: Path) -> None:
+    """``RUN_DIR/ray-logs`` → this node's Ray worker logs (they stay off the console)."""
+    logs, link = session.logs, out / "ray-logs"
+    if link.is_symlink():  # a rerun into the same folder (resume): point at this session
+        link.unlink()
+    if logs and not link.exists():
+        link.symlink_to(logs, target_is_directory=True)
+
+
+def _with_breakdown(summary: dict[str, Any], clock: JobClock, out: Path) -> dict[str, Any]:
+    """The run's wall time and throughput from its start to Ray's shutdown, and where the time
+    went: into summary.json and report.md."""
+    rows = clock.breakdown()
+    wall = sum(r["seconds"] for r in rows)
+    summary = summary | {"wall_seconds": wall, "breakdown": rows,
+                         "samples_per_second": summary["samples"] / wall if wall else 0.0}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    with open(out / "report.md", "a") as fh:
+        fh.write("\n" + to_markdown(rows))
+    return summary

@@ -1,4 +1,4 @@
-"""The ``pipeline`` command: run, validate, doctor, bench, report.
+"""The ``pipeline`` command: run, validate, doctor, report, tune, bench.
 
 The YAML file is the interface; the CLI selects a file and takes a few overrides. The flag set
 is pinned by ``tests/unit/cli/test_cli_flags.py`` so it does not sprawl.
@@ -16,6 +16,7 @@ COMMANDS = {
     "validate": ("pipeline.cli.validate", "check a config and print every error"),
     "doctor": ("pipeline.cli.doctor", "detect GPUs, RDMA and NICs on every node; advise NCCL env"),
     "report": ("pipeline.cli.report", "reprint a run's verdict and redraw its plot"),
+    "tune": ("pipeline.cli.tune", "probe, diagnose, apply the advice, keep what measurably helps"),
 }
 
 BENCHMARKS = {
@@ -23,6 +24,8 @@ BENCHMARKS = {
                    "all-reduce/all-gather/reduce-scatter bandwidth vs raw torch.distributed"),
     "ingest": ("pipeline.cli.bench_ingest",
                "Feedline's data path vs raw Ray Data, DataLoader and the ceiling"),
+    "train": ("pipeline.cli.bench_train",
+              "the whole training job, spawn to exit: pipeline run vs Ray Train vs plain DDP"),
     "scaling": ("pipeline.cli.bench_scaling",
                 "one job at several worker counts: per-worker throughput and why it fell"),
 }

@@ -20,7 +20,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def summary_table(summary: dict) -> Table:
     table = Table(title="Feedline run", show_header=False)
-    keys = ("status", "epochs", "samples", "samples_per_second", "wall_seconds", "num_workers",
+    keys = ("status", "epochs", "samples", "samples_per_second", "steady_samples_per_second",
+            "wall_seconds", "num_workers",
             "val_accuracy", "train_loss", "bad_samples", "backend", "ray_address", "checkpoint")
     for key in keys:
         value = summary.get(key)
@@ -30,10 +31,21 @@ def summary_table(summary: dict) -> Table:
     return table
 
 
+def breakdown_table(rows: list[dict]) -> Table:
+    table = Table(title="Where the wall time went (process start to exit)")
+    table.add_column("phase")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for row in rows:
+        table.add_row(row["phase"], f"{row['seconds']:.2f}", f"{row['share']:.1%}")
+    return table
+
+
 def main(args: argparse.Namespace) -> int:
     from pipeline.api import run
     from pipeline.data.reader import BadSampleThresholdError
     from pipeline.train import PlanError
+    from pipeline.train.breakdown import JobClock, process_start
 
     console = Console(stderr=True, soft_wrap=True)
     overrides = list(args.overrides)
@@ -42,7 +54,9 @@ def main(args: argparse.Namespace) -> int:
     if args.output:
         overrides.append(f"run.output={args.output}")
     try:
-        result = run(args.config, sets=overrides, console=console)
+        # timed from process start: imports and Ray's start are part of what the user waits for
+        result = run(args.config, sets=overrides, console=console,
+                     clock=JobClock(process_start()))
     except ConfigError as exc:
         for line in exc.errors:
             console.print(f"[red]config error[/]: {line}")
@@ -54,5 +68,6 @@ def main(args: argparse.Namespace) -> int:
         console.print(f"[red]run stopped[/]: {exc}")
         return 1
     Console().print(summary_table(result.summary))
+    Console().print(breakdown_table(result.summary.get("breakdown", [])))
     console.print(f"results in {result.output}")
     return 0

@@ -42,21 +42,25 @@ def ray_in_use(address: str | None) -> bool:
 
 def detect_on_nodes(root: str | Path = "/", *,
                     timeout_s: float = _DETECT_TIMEOUT_S) -> list[Topology]:
-    """:func:`detect_topology` on every alive node, one pinned task each."""
+    """:func:`detect_topology` on every alive node: in this process for the driver's own node
+    (no worker process to start and no torch import to wait for), one pinned task for each
+    other node."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     remote = ray.remote(num_cpus=0, max_retries=0)(detect_topology)
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    here = ray.get_runtime_context().get_node_id()
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] != here]
     refs = [remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
         node_id=n["NodeID"], soft=False)).remote(str(root)) for n in nodes]
-    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    local = detect_topology(root)
+    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
     if pending:
         missing = [n["NodeManagerHostname"]
                    for n, r in zip(nodes, refs, strict=True) if r in pending]
         raise TimeoutError(f"topology detection did not finish within {timeout_s:g} s on "
                            f"{', '.join(missing)}; are those nodes overloaded or unreachable?")
-    return ray.get(refs)
+    return [local, *ray.get(refs)]
 
 
 @dataclass(frozen=True, kw_only=True)

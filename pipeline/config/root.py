@@ -27,6 +27,8 @@ class RunSection:
     output: str = option("", "run directory; empty means runs/<name>-<timestamp>")
     num_cpus: int = option(0, "logical CPUs of a locally started Ray; 0 means this machine's "
                               "core count", ge=0)
+    dashboard: bool = option(False, "start a locally started Ray's dashboard (on 127.0.0.1); "
+                                    "off saves its start-up on every run")
 
 
 def _section(cls: type) -> Any:

@@ -80,6 +80,16 @@ class DataConfig:
     placement: PlacementConfig = field(default_factory=PlacementConfig, metadata={
         "doc": "nodes the preprocessing actors run on (CPU nodes)"})
     batch_size: int = option(64, "rows per preprocessing batch (Ray Data map_batches)", ge=1)
+    cache: bool | Literal["auto", "memory", "disk", "off"] = option(
+        "auto", "decoded-sample cache: 'memory' or 'disk' keep each trainer's decoded samples "
+                "from the first epoch and replay them in later epochs (no decoding, no pipeline "
+                "restart); 'auto' picks memory when a rank's shard fits cache_memory_fraction, "
+                "else disk, else off; 'off' (or false) decodes every epoch")
+    cache_memory_fraction: float = option(0.25, "share of the node's available memory the "
+                                                "trainers on it may use for the memory cache",
+                                          gt=0, le=1)
+    cache_dir: str = option("", "local directory of the disk cache; empty means the system's "
+                                "temporary directory")
     prefetch_batches: int = option(2, "CPU-side batches prefetched by each trainer's iterator",
                                    ge=0)
     stall_timeout_s: float = option(300.0, "a trainer that receives no batch for this long "
@@ -90,6 +100,13 @@ class DataConfig:
                                           "(a broken mount, not a few bad files)", ge=1)
     sample_timeout_s: float = option(10.0, "a sample whose read and decode takes longer is "
                                            "quarantined", gt=0)
+
+    @property
+    def cache_mode(self) -> str:
+        """``cache`` as a word: YAML reads a bare ``off`` as false, ``on`` as true (auto)."""
+        if isinstance(self.cache, bool):
+            return "auto" if self.cache else "off"
+        return self.cache
 
     def channel_stats(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """``(mean, std)`` with one value per channel (a single value applies to every one)."""

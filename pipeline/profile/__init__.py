@@ -2,7 +2,8 @@
 
 Where things run:
 
-- Train worker: :class:`StepProfiler` (spans, NVTX, CUDA events) and :func:`timed_hook` /
+- Train worker: :class:`StepProfiler` (per-step spans, out-of-step phases — start-up,
+  validation, report, checkpoint — NVTX, CUDA events) and :func:`timed_hook` /
   :class:`CommTimer` (exposed all-reduce from DDP comm-hook futures). No Ray.
 - Driver / ``pipeline report``: :func:`merge_ranks`, :func:`diagnose`, :func:`scaling_report`
   (pure), and the writers of ``timeline.json``, ``breakdown.png``, ``report.md`` and
@@ -12,7 +13,7 @@ Where things run:
 Importing this package loads neither torch, matplotlib nor Ray.
 """
 
-from pipeline.profile._summary import PHASES, combine_summaries
+from pipeline.profile._summary import PHASES, TRAINING_PHASES, combine_summaries
 from pipeline.profile.artifacts import write_artifacts
 from pipeline.profile.comm import CommTimer, timed_hook
 from pipeline.profile.config import ProfileConfig
@@ -28,6 +29,7 @@ from pipeline.profile.timeline import write_timeline
 
 __all__ = [
     "PHASES",
+    "TRAINING_PHASES",
     "VERDICTS",
     "CommTimer",
     "Diagnosis",

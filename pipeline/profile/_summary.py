@@ -1,8 +1,20 @@
 """The phase vocabulary and the per-rank summary: plain numbers in, plain JSON-able dicts out.
 
-A step is split into :data:`PHASES`; ``other`` is derived (step wall minus the named phases), so
-the phases of a step always add up to its wall time. Summaries hold, per phase and for the step
-wall, the sum, the mean per step and the p50/p99 over steps, in seconds.
+Two views of one rank's time, both in seconds:
+
+- **Steps.** A step is split into :data:`PHASES`; ``other`` is derived (step wall minus the named
+  phases), so a step's phases add up to its wall. ``phases`` holds, per phase and for the step
+  wall, the sum, the mean per step and the p50/p99 over steps: the steady-state view.
+- **The training phase.** Every second from the first epoch's start-up to the last checkpoint,
+  split into :data:`TRAINING_PHASES`: the step phases (summed over steps, plus the epoch's last
+  ``data_wait`` that ends in "no more batches" and so belongs to no step), the out-of-step phases
+  (:data:`OUT_OF_STEP_PHASES`) and ``untracked``, derived: the wall minus everything else (time
+  outside steps and outside the named out-of-step phases). ``training.phases`` add up to
+  ``training.wall_s`` exactly; ``other`` and ``untracked`` together are the *unexplained* time.
+
+``training.input_comm_s`` and ``training.startup_comm_s`` are the parts of ``comm_exposed`` that
+were waiting in the all-reduce for a peer that was still waiting for its batch (its data wait,
+or its epoch start-up), step by step; see :meth:`pipeline.profile.StepProfiler.epoch_summary`.
 """
 
 from __future__ import annotations
@@ -20,6 +32,20 @@ MEASURED_PHASES: tuple[str, ...] = PHASES[:-1]
 
 #: Phases that are the model's own work, as opposed to waiting for input or peers.
 COMPUTE_PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+
+#: Phases outside steps, timed with ``StepProfiler.phase``: the epoch's wait for its first batch,
+#: validation, reporting (collectives and pushes to the driver) and checkpoint saves.
+OUT_OF_STEP_PHASES: tuple[str, ...] = ("startup", "validation", "report", "checkpoint")
+
+#: Every phase of the training wall, in the order they occur in an epoch.
+TRAINING_PHASES: tuple[str, ...] = (
+    "startup", *PHASES, "validation", "report", "checkpoint", "untracked")
+
+#: Phases that name no activity: time the profile cannot attribute.
+UNEXPLAINED_PHASES: tuple[str, ...] = ("other", "untracked")
+
+#: Timeline tracks of one rank: the whole step, then one per phase.
+TRACKS: tuple[str, ...] = ("step", *PHASES, *OUT_OF_STEP_PHASES)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -44,10 +70,28 @@ def describe(values: Sequence[float]) -> dict[str, float]:
     }
 
 
+def training_block(*, wall_s: float, phases: Mapping[str, float], input_comm_s: float = 0.0,
+                   startup_comm_s: float = 0.0, epoch: int | None = None) -> dict[str, Any]:
+    """The ``training`` part of a summary: ``phases`` (any of :data:`TRAINING_PHASES` but
+    ``untracked``, which is derived here) over ``wall_s``, and one window labelled ``epoch``."""
+    out = {p: float(phases.get(p, 0.0)) for p in TRAINING_PHASES if p != "untracked"}
+    out["untracked"] = max(0.0, float(wall_s) - sum(out.values()))
+    # A wall shorter than the phases can only be rounding (all marks come from one clock).
+    wall = max(float(wall_s), sum(out.values()))
+    return {"wall_s": wall, "phases": out, "input_comm_s": float(input_comm_s),
+            "startup_comm_s": float(startup_comm_s),
+            "windows": [{"epoch": epoch, "wall_s": wall, "phases": dict(out)}]}
+
+
 def summarise(*, rank: int, walls: Sequence[float], phases: Mapping[str, Sequence[float]],
-              samples: int) -> dict[str, Any]:
-    """One rank's summary of a run of steps (the schema of ``StepProfiler.epoch_summary``)."""
+              samples: int, training: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One rank's summary (the schema of ``StepProfiler.epoch_summary``).
+
+    Without ``training`` (a :func:`training_block`), the training phase is the steps alone.
+    """
     wall = float(sum(walls))
+    if training is None:
+        training = training_block(wall_s=wall, phases={p: sum(phases.get(p, ())) for p in PHASES})
     return {
         "rank": rank,
         "steps": len(walls),
@@ -56,17 +100,31 @@ def summarise(*, rank: int, walls: Sequence[float], phases: Mapping[str, Sequenc
         "samples_per_s": samples / wall if wall > 0 else 0.0,
         "step_s": describe(walls),
         "phases": {p: describe(phases.get(p, ())) for p in PHASES},
+        "training": dict(training),
     }
 
 
-def combine_summaries(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """One summary for several epochs of one rank.
+def training_of(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``training`` block of a summary; summaries written before it existed (profile.json
+    of older runs) get one made of their steps alone."""
+    training = summary.get("training")
+    if training is not None:
+        return dict(training)
+    return training_block(wall_s=summary["wall_s"],
+                          phases={p: summary["phases"][p]["sum"] for p in PHASES})
 
-    Sums, step counts, samples and wall add up exactly. Percentiles cannot be combined from
-    summaries, so p50 is the step-weighted mean of the epochs' p50 and p99 the largest p99 — an
-    approximation on the conservative side, stated here so nobody mistakes it for exact.
+
+def combine_summaries(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """One summary for several epochs (windows) of one rank.
+
+    Sums, step counts, samples, walls and the training phase add up exactly; windows without
+    steps (the run's tail: the last report and checkpoint) count in the training phase only.
+    Percentiles cannot be combined from summaries, so p50 is the step-weighted mean of the
+    epochs' p50 and p99 the largest p99 — an approximation on the conservative side, stated here
+    so nobody mistakes it for exact.
     """
-    items = [s for s in summaries if s.get("steps")]
+    every = list(summaries)
+    items = [s for s in every if s.get("steps")]
     if not items:
         raise ValueError("combine_summaries: no summary with steps > 0; was profile.enabled "
                          "false or did the epochs make no steps?")
@@ -83,6 +141,14 @@ def combine_summaries(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "p99": max(p["p99"] for p in parts),
         }
 
+    blocks = [training_of(s) for s in every]
+    training = {
+        "wall_s": sum(b["wall_s"] for b in blocks),
+        "phases": {p: sum(b["phases"].get(p, 0.0) for b in blocks) for p in TRAINING_PHASES},
+        "input_comm_s": sum(b.get("input_comm_s", 0.0) for b in blocks),
+        "startup_comm_s": sum(b.get("startup_comm_s", 0.0) for b in blocks),
+        "windows": [w for b in blocks for w in b.get("windows", ())],
+    }
     return {
         "rank": items[0]["rank"],
         "steps": steps,
@@ -91,4 +157,5 @@ def combine_summaries(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "samples_per_s": samples / wall if wall > 0 else 0.0,
         "step_s": merge([s["step_s"] for s in items]),
         "phases": {p: merge([s["phases"][p] for s in items]) for p in PHASES},
+        "training": training,
     }

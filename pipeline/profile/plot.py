@@ -1,8 +1,10 @@
-"""``breakdown.png``: where each rank's step time went, and throughput over time.
+"""``breakdown.png``: where each rank's training time went, and throughput over time.
 
-Left: one stacked bar per rank, mean milliseconds per step split by phase (same colours on every
-run, so two plots compare at a glance). Right: samples/s over time, one line per rank when the
-points carry a ``rank``, else one line for the job.
+Left: one stacked bar per rank, the seconds of its training phase split by phase — steps'
+phases, start-up, validation, report, checkpoint and untracked — so the bar's height is the
+rank's training wall (same colours on every run, so two plots compare at a glance). Right:
+samples/s over time, one line per rank when the points carry a ``rank``, else one line for the
+job.
 
 Throughput points are ``{"time_s": seconds since start, "samples_per_s": rate}`` with optional
 ``"rank"`` and ``"epoch"``. Uses matplotlib's Agg canvas directly (no pyplot, so no global
@@ -16,12 +18,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.profile._summary import PHASES
+from pipeline.profile._summary import TRAINING_PHASES
 
-# Fixed colour per phase: waiting phases warm, compute cool, `other` grey.
+# Fixed colour per phase: waiting phases warm, compute cool, unexplained greys.
 PHASE_COLOURS = {
-    "data_wait": "#d62728", "h2d": "#ff7f0e", "forward": "#1f77b4", "backward": "#17becf",
-    "comm_exposed": "#9467bd", "optimizer": "#2ca02c", "other": "#b0b0b0",
+    "startup": "#8c564b", "data_wait": "#d62728", "h2d": "#ff7f0e", "forward": "#1f77b4",
+    "backward": "#17becf", "comm_exposed": "#9467bd", "optimizer": "#2ca02c",
+    "other": "#b0b0b0", "validation": "#e377c2", "report": "#bcbd22", "checkpoint": "#7f7f7f",
+    "untracked": "#dcdcdc",
 }
 
 
@@ -38,7 +42,7 @@ def plot_breakdown(path: str | Path, merged: Mapping[str, Any],
     bars, rate = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
     _bars(bars, merged)
     _throughput(rate, throughput)
-    fig.suptitle("Where step time went")
+    fig.suptitle("Where the training time went")
     fig.tight_layout()
     fig.savefig(path, format="png")
     return path
@@ -48,13 +52,13 @@ def _bars(ax: Any, merged: Mapping[str, Any]) -> None:
     per_rank = merged.get("per_rank") or {}
     ranks = sorted(per_rank, key=int)
     bottoms = [0.0] * len(ranks)
-    for phase in PHASES:
-        heights = [per_rank[r]["phase_s"][phase] * 1e3 for r in ranks]
+    for phase in TRAINING_PHASES:
+        heights = [per_rank[r]["training"]["phases"][phase] for r in ranks]
         ax.bar([f"rank {r}" for r in ranks], heights, bottom=bottoms, label=phase,
                color=PHASE_COLOURS[phase], edgecolor="white", linewidth=0.5)
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-    ax.set_ylabel("ms per step")
-    ax.set_title("step breakdown per rank")
+    ax.set_ylabel("seconds of the training phase")
+    ax.set_title("training phase per rank")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 

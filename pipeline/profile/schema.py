@@ -5,17 +5,20 @@ Written once by the driver at the end of a run (:func:`save_profile`), read back
 
     {
       "version": 1,
-      "ranks":      {"0": epoch_summary, ...},   # StepProfiler.epoch_summary() per rank
+      "ranks":      {"0": summary, ...},         # combine_summaries of a rank's windows
       "merged":     merge_ranks(ranks),          # see pipeline.profile.merge
       "data_ops":   [{"operator", "rows", "busy_s", "blocked_s", "tasks", "wall_s"}, ...],
       "throughput": [{"time_s", "samples_per_s", "rank"?, "epoch"?}, ...],
       "context":    {"data.concurrency": [1, 2], "collective.comm_hook": "none", ...,
                      "device": "cpu"},            # current settings, for the advice
       "events":     {"0": [chrome trace events], ...},  # StepProfiler.trace_events() per rank
-      "diagnosis":  {"verdict", "evidence", "advice"}   # optional: the run's own verdict
+      "diagnosis":  {"verdict", "evidence", "advice", "changes"}   # optional: the run's verdict
     }
 
-JSON object keys are strings; :func:`load_profile` turns rank keys back into ints.
+JSON object keys are strings; :func:`load_profile` turns rank keys back into ints. Summaries and
+merged dicts gained a ``training`` section (every second of the training phase) within version
+1; a profile written before it is re-merged from its ranks on load, with the training phase made
+of the steps alone.
 :func:`summary_fields` gives the keys ``summary.json`` gains.
 """
 
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.profile.diagnosis import Diagnosis
+from pipeline.profile.merge import merge_ranks
 
 PROFILE_FILE = "profile.json"
 VERSION = 1
@@ -93,9 +97,13 @@ def load_profile(run_dir: str | Path) -> SavedProfile:
     missing = [k for k in _REQUIRED if k not in doc]
     if missing:
         raise ValueError(f"{path}: missing {', '.join(missing)}")
+    ranks = {int(r): s for r, s in doc["ranks"].items()}
+    merged = doc["merged"]
+    if "training" not in merged:  # written before the training phase was kept
+        merged = merge_ranks(ranks)
     return SavedProfile(
-        ranks={int(r): s for r, s in doc["ranks"].items()},
-        merged=doc["merged"],
+        ranks=ranks,
+        merged=merged,
         data_ops=list(doc.get("data_ops") or []),
         throughput=list(doc.get("throughput") or []),
         context=dict(doc.get("context") or {}),
@@ -105,10 +113,17 @@ def load_profile(run_dir: str | Path) -> SavedProfile:
 
 
 def summary_fields(merged: Mapping[str, Any], diagnosis: Diagnosis) -> dict[str, Any]:
-    """The keys ``summary.json`` gains from the profile."""
+    """The keys ``summary.json`` gains from the profile: the step view (``data_wait_fraction``
+    and ``comm_exposed_fraction`` are shares of step time, ``step_breakdown`` seconds per step),
+    the training phase (``time_breakdown``: share of the training wall per phase, adding up to
+    1; ``explained_fraction``: the share in named phases) and the diagnosis."""
+    training = merged["training"]
     return {
         "data_wait_fraction": merged["data_wait_fraction"],
         "comm_exposed_fraction": merged["comm_exposed_fraction"],
         "step_breakdown": dict(merged["step_breakdown"]),
+        "training_wall_s": training["wall_s"],
+        "time_breakdown": {p: v["share"] for p, v in training["phases"].items()},
+        "explained_fraction": training["explained"],
         "diagnosis": diagnosis.as_dict(),
     }

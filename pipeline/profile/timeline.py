@@ -1,7 +1,8 @@
 """``timeline.json``: every rank's recent steps in Chrome trace-event format (Perfetto, chrome://tracing).
 
 Layout: one process per rank (``pid`` = rank, named "rank N"), one thread (track) per phase
-(``tid`` 1.. in :data:`~pipeline.profile._summary.PHASES` order; ``tid`` 0 holds whole steps),
+(``tid`` 1.. in :data:`~pipeline.profile._summary.TRACKS` order: the step phases, then the
+out-of-step phases startup, validation, report and checkpoint; ``tid`` 0 holds whole steps),
 plus one process "preprocessing (Ray Data)" with a track per operator. Ray Data reports totals,
 not timestamps comparable across processes, so each operator is one event spanning the traced
 window with its rows, busy and blocked seconds in ``args``. Timestamps are rebased so the trace
@@ -18,9 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.profile._summary import PHASES
-
-_STEP_TRACK = "step"
+from pipeline.profile._summary import TRACKS
 
 
 def build_trace(rank_events: Mapping[int, Sequence[Mapping[str, Any]]],
@@ -34,7 +33,7 @@ def build_trace(rank_events: Mapping[int, Sequence[Mapping[str, Any]]],
     for rank in ranks:
         out.append(_meta("process_name", rank, 0, {"name": f"rank {rank}"}))
         out.append(_meta("process_sort_index", rank, 0, {"sort_index": rank}))
-        for tid, name in enumerate((_STEP_TRACK, *PHASES)):
+        for tid, name in enumerate(TRACKS):
             out.append(_meta("thread_name", rank, tid, {"name": name}))
             out.append(_meta("thread_sort_index", rank, tid, {"sort_index": tid}))
     for event in spans:

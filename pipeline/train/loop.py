@@ -31,8 +31,17 @@ from pipeline.collective import (
     straggler_summary,
     wrap_ddp,
 )
+from pipeline.collective.straggler import slowest_waits
 from pipeline.config import Config
 from pipeline.data.augment import augment
+from pipeline.data.cache import (
+    SampleCache,
+    available_memory,
+    cache_dir,
+    disk_free,
+    epoch_batches,
+    rank_cache,
+)
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
 from pipeline.train import checkpoint
@@ -55,6 +64,8 @@ class WorkerSpec:
     use_gpu: bool
     has_val: bool
     reporter: Any  # RunReporter handle
+    num_train: int = 0
+    num_val: int = 0
 
 
 def _device(use_gpu: bool) -> torch.device:
@@ -65,16 +76,15 @@ def _device(use_gpu: bool) -> torch.device:
     return torch.device("cpu")
 
 
-def _feeder(shard, spec: WorkerSpec, device: torch.device,
-            shuffle_seed: int | None = None) -> DeviceFeeder:
-    """One epoch of the shard, host batches from Ray Data → device batches (transfer stage).
-    ``shuffle_seed``: shuffle rows in a ``data.shuffle_buffer`` window with this seed."""
+def _feeder(shard, spec: WorkerSpec, device: torch.device, shuffle_seed: int | None = None,
+            cache: SampleCache | None = None, record: bool = True) -> DeviceFeeder:
+    """One epoch of the shard (or of its cache, once complete), host batches → device batches
+    (transfer stage); see :func:`pipeline.data.cache.epoch_batches`."""
     cfg = spec.config
-    shuffle = cfg.data.shuffle_buffer if shuffle_seed is not None else 0
-    batches = shard.iter_batches(batch_size=cfg.train.batch_size, batch_format="numpy",
-                                 prefetch_batches=cfg.data.prefetch_batches,
-                                 local_shuffle_buffer_size=shuffle or None,
-                                 local_shuffle_seed=shuffle_seed if shuffle else None)
+    batches = epoch_batches(shard, cache, batch_size=cfg.train.batch_size,
+                            prefetch_batches=cfg.data.prefetch_batches,
+                            shuffle_buffer=cfg.data.shuffle_buffer if shuffle_seed is not None
+                            else 0, shuffle_seed=shuffle_seed, record=record)
     transfer = cfg.transfer
     if spec.field != "image":  # feature columns are float already; only images ship as uint8
         transfer = replace(transfer, ship_uint8=False)
@@ -83,11 +93,40 @@ def _feeder(shard, spec: WorkerSpec, device: torch.device,
                                     timeout_s=cfg.data.stall_timeout_s)
 
 
-def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device) -> tuple[int, int]:
+def _caches(spec: WorkerSpec, ctx, device: torch.device) -> dict[str, SampleCache]:
+    """This rank's decoded-sample caches (train, val), sized as ``data.cache`` asks. Every rank
+    decides from the same numbers (the smallest budget of any rank), so all replay or none."""
+    cfg = spec.config.data
+    world = ctx.get_world_size()
+    per_sample = int(np.prod(spec.sample_shape)) * (
+        1 if spec.field == "image" and spec.config.transfer.ship_uint8 else 4) + 16
+    dirs = {name: cache_dir(cfg.cache_dir, spec.config.run.name, name, ctx.get_world_rank())
+            for name in ("train", "val")}
+    budget, free = _all_min([available_memory() * cfg.cache_memory_fraction
+                             / max(1, ctx.get_local_world_size()), disk_free(dirs["train"])],
+                            device)
+    return {name: rank_cache(cfg.cache_mode, rows=rows, per_sample=per_sample, world=world,
+                             budget=budget, free=int(free), directory=dirs[name],
+                             deterministic=spec.config.train.deterministic)
+            for name, rows in (("train", spec.num_train), ("val", spec.num_val))}
+
+
+def _agree(caches: dict[str, SampleCache], device: torch.device) -> None:
+    """After a pass: a cache replays only if every rank's is complete (else ranks would mix
+    replayed and streamed epochs, and streaming_split waits for every rank)."""
+    names = sorted(caches)
+    flags = _all_min([float(caches[n].complete) for n in names], device)
+    for name, flag in zip(names, flags, strict=True):
+        if caches[name].complete and not flag:
+            caches[name].discard()
+
+
+def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device,
+              cache: SampleCache | None = None) -> tuple[int, int]:
     correct = torch.zeros((), dtype=torch.int64, device=device)  # on device: no sync per batch
     total = 0
     model.eval()
-    with torch.no_grad(), _feeder(shard, spec, device) as feeder:
+    with torch.no_grad(), _feeder(shard, spec, device, cache=cache) as feeder:
         for batch in feeder:
             y = batch["label"]
             correct += (model(batch[spec.field]).argmax(dim=1) == y).sum()
@@ -130,10 +169,11 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
                 return {k: v[keep] for k, v in batch.items()}
         return None
 
-    # The first batch of an epoch waits for Ray Data to start (actors, first blocks): reported
-    # as first_batch_s, kept out of the steady-state step profile the diagnosis reads.
+    # The first batch of an epoch waits for Ray Data to start (actors, first blocks): the
+    # profile's `startup` phase, also reported as first_batch_s.
     step_start = time.perf_counter()
-    batch = fetch()
+    with prof.phase("startup"):
+        batch = fetch()
     first_batch_s = waited = time.perf_counter() - step_start
     while batch is not None:
         stats = feeder.stats
@@ -180,6 +220,24 @@ def _all_sum(values: list[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
+def _all_min(values: list[float], device: torch.device) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return t.tolist()
+
+
+def _epoch_profile(prof: StepProfiler, epoch: int, device: torch.device,
+                   world: int) -> dict[str, Any] | None:
+    """Close the profile's window of this epoch. With several ranks, every rank first learns,
+    step by step, the longest wait of any rank for its batch (a collective), so the all-reduce
+    time it spent waiting for a peer's input is charged to input, not communication."""
+    if not prof.enabled:
+        return None
+    peer = slowest_waits(prof.step_waits(), device=device) if world > 1 else None
+    return prof.epoch_summary(epoch=epoch + 1, peer_waits=peer)
+
+
 def train_loop(loop_config: dict[str, Any]) -> None:
     """Entry point given to ``TorchTrainer``; ``loop_config = {"spec": WorkerSpec}``."""
     import ray.train
@@ -205,11 +263,12 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.train.lr, momentum=0.9)
     train_shard = ray.train.get_dataset_shard("train")
     val_shard = ray.train.get_dataset_shard("val") if spec.has_val else None
+    caches = _caches(spec, ctx, device)
 
     resume = checkpoint.load(model, optimizer, device, cfg.train.resume_from)
     meta = {"model": cfg.train.model, "input_shape": list(spec.sample_shape),
             "num_classes": spec.num_classes}
-    spec.reporter.push.remote({"type": "start", "rank": rank,
+    spec.reporter.push.remote({"type": "start", "rank": rank, "ready_at": time.time(),
                                "resumed": None if resume is None else
                                {"epoch": resume.epoch, "step": resume.step,
                                 "consumed": len(resume.consumed)}})
@@ -224,57 +283,78 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             # step counts differ (each skips different ids), so that epoch saves at its end only.
             every = cfg.train.checkpoint_every
             if every and steps % every == 0:
-                mine = torch.cat(ids).cpu().numpy()
-                checkpoint.save(model, optimizer, epoch=epoch, step=steps,
-                                consumed=checkpoint.all_consumed(mine), meta=meta,
-                                metrics={"epoch": epoch + 1, "step": steps})
+                with prof.phase("checkpoint"):
+                    mine = torch.cat(ids).cpu().numpy()
+                    checkpoint.save(model, optimizer, epoch=epoch, step=steps,
+                                    consumed=checkpoint.all_consumed(mine), meta=meta,
+                                    metrics={"epoch": epoch + 1, "step": steps})
 
-        start = time.perf_counter()
+        start, started_at = time.perf_counter(), time.time()
         # Uneven inputs after a resume: DDP's join keeps ranks that run out in step with the rest.
         uneven = ddp.join() if resumed and isinstance(ddp, nn.parallel.DistributedDataParallel) \
             else contextlib.nullcontext()
         # a new window shuffle every epoch, the same one after a restart
         shuffle_seed = int(np.random.SeedSequence([cfg.data.seed, epoch, rank])
                            .generate_state(1)[0])
-        with _feeder(train_shard, spec, device, shuffle_seed) as feeder, uneven:
+        streamed = not caches["train"].complete
+        with _feeder(train_shard, spec, device, shuffle_seed, caches["train"],
+                     record=not resumed) as feeder, uneven:
             samples, steps, loss_sum, first_batch_s, seen = _train_epoch(
                 feeder, ddp, optimizer, prof, gauges, spec, epoch, device, skip=skip,
                 on_step=None if resumed else on_step)
         gauges.flush()
         transfer = transfer.merged(feeder.stats) if transfer else feeder.stats
         wall = time.perf_counter() - start
-        correct, total = _evaluate(model, val_shard, spec, device) if val_shard else (0, 0)
-        g_samples, g_loss, g_steps, g_correct, g_total = _all_sum(
-            [samples, loss_sum, steps, correct, total], device)
-        metrics = {
-            "epoch": epoch + 1,
-            "samples": int(g_samples),
-            "steps": steps,
-            "train_loss": g_loss / max(g_steps, 1),
-            "epoch_seconds": wall,
-            "first_batch_seconds": first_batch_s,
-            "samples_per_second": g_samples / wall if wall > 0 else 0.0,
-        }
-        if g_total:
-            metrics["val_accuracy"] = g_correct / g_total
-            metrics["val_samples"] = int(g_total)
-        step_s = wall / max(steps, 1)
-        per_rank = gather_step_times(step_s, device=device) if world > 1 else {0: step_s}
-        metrics["straggler"] = straggler_summary(per_rank,
-                                                 straggler_ratio=cfg.profile.straggler_ratio)
-        last = epoch + 1 == cfg.train.epochs
-        spec.reporter.push.remote({
-            "type": "epoch", "rank": rank, **metrics, "rank_samples": samples,
-            "rank_seconds": wall, "transfer": transfer.as_dict(), "ids": seen,
-            # committed this epoch before the restart (every rank's), sent once
-            "resumed_ids": resume.consumed if resumed and rank == 0 else None,
-            "profile": prof.epoch_summary() if prof.enabled else None,
-            # the timeline keeps the last epoch's steps; operator stats come from rank 0
-            "events": prof.trace_events() if prof.enabled and last else None,
-            "data_ops": operator_stats(train_shard.stats()) if rank == 0 else None})
+        with prof.phase("validation"):
+            correct, total = (_evaluate(model, val_shard, spec, device, caches["val"])
+                              if val_shard else (0, 0))
+        with prof.phase("report"):
+            _agree(caches, device)
+            g_samples, g_loss, g_steps, g_correct, g_total = _all_sum(
+                [samples, loss_sum, steps, correct, total], device)
+            metrics = {
+                "epoch": epoch + 1,
+                "samples": int(g_samples),
+                "steps": steps,
+                "train_loss": g_loss / max(g_steps, 1),
+                "epoch_seconds": wall,
+                "first_batch_seconds": first_batch_s,
+                "samples_per_second": g_samples / wall if wall > 0 else 0.0,
+            }
+            if g_total:
+                metrics["val_accuracy"] = g_correct / g_total
+                metrics["val_samples"] = int(g_total)
+            profile = _epoch_profile(prof, epoch, device, world)
+            # The straggler rule's input: work per step over the run so far, the numbers the
+            # verdict reads (pipeline.profile.detectors.straggler); without spans, epoch time.
+            work = prof.work_per_step() if prof.enabled else None
+            work = max(1e-9, work if work is not None else wall / max(steps, 1))
+            per_rank = gather_step_times(work, device=device) if world > 1 else {0: work}
+            metrics["straggler"] = straggler_summary(per_rank,
+                                                     straggler_ratio=cfg.profile.straggler_ratio)
+            spec.reporter.push.remote({
+                "type": "epoch", "rank": rank, **metrics, "rank_samples": samples,
+                "rank_seconds": wall, "transfer": transfer.as_dict(), "ids": seen,
+                # committed this epoch before the restart (every rank's), sent once
+                "resumed_ids": resume.consumed if resumed and rank == 0 else None,
+                "profile": profile,
+                "cache": caches["train"].status(), "started_at": started_at,
+                "ended_at": time.time(),
+                # operator stats come from rank 0
+                "data_ops": (operator_stats(train_shard.stats()) if rank == 0 and streamed
+                             else None)})
         # every epoch ends with a checkpoint: a restart resumes at the next epoch
-        checkpoint.save(model, optimizer, epoch=epoch + 1, step=0,
-                        consumed=np.empty(0, np.int64), metrics=metrics, meta=meta)
+        with prof.phase("checkpoint"):
+            checkpoint.save(model, optimizer, epoch=epoch + 1, step=0,
+                            consumed=np.empty(0, np.int64), metrics=metrics, meta=meta)
+    if prof.enabled:
+        # The last epoch's report and checkpoint (after its summary was sent): the training
+        # phase's tail; and the timeline (the last steps and the phases around them).
+        spec.reporter.push.remote({"type": "profile_tail", "rank": rank,
+                                   "profile": prof.epoch_summary(epoch=cfg.train.epochs),
+                                   "events": prof.trace_events()})
+    for cache in caches.values():
+        cache.discard()
     if cfg.collective.probe and world > 1:
         _probe_link(spec, ctx, device)
 

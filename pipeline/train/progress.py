@@ -40,6 +40,8 @@ class ProgressMonitor:
         # rank → epoch → span summary (an epoch repeated after a restart replaces the first try)
         self.profiles: dict[int, dict[int, dict]] = defaultdict(dict)
         self.events: dict[int, list[dict]] = {}
+        # rank → the training phase's tail after its last epoch summary (StepProfiler windows)
+        self.profile_tails: dict[int, dict] = {}
         self.data_ops: list[dict] = []
         # epoch → rank → sample ids in training order; a rank that repeats an epoch after a
         # restart replaces it, and that epoch's ids committed before the restart are kept apart
@@ -47,6 +49,7 @@ class ProgressMonitor:
         self.resumed_ids: dict[int, object] = {}
         self.probe: dict | None = None  # the end-of-run link probe, from rank 0
         self.attempts: list[dict | None] = []  # rank 0's starts: None, then where it resumed
+        self.ready_at: float | None = None  # Unix time rank 0 first had its model built
         self._reported: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
@@ -91,8 +94,13 @@ class ProgressMonitor:
                 self._on_epoch(record)
             elif record["type"] == "probe":
                 self.probe = {k: v for k, v in record.items() if k != "type"}
+            elif record["type"] == "profile_tail":  # the last report and checkpoint, timeline
+                self.profile_tails[record["rank"]] = record["profile"]
+                if record.get("events"):
+                    self.events[record["rank"]] = record["events"]
             elif record["type"] == "start" and record["rank"] == 0:
                 self.attempts.append(record["resumed"])
+                self.ready_at = self.ready_at or record.get("ready_at")
                 if record["resumed"]:
                     self.console.print(f"restarted: resuming epoch {record['resumed']['epoch'] + 1}"
                                        f" after step {record['resumed']['step']}")

@@ -21,11 +21,22 @@ class RaySession:
     address: str
     mode: str  # "joined", "embedded" or "local"
 
+    @property
+    def logs(self) -> str | None:
+        """This node's Ray session log folder (workers' stdout/stderr), when Ray says."""
+        import ray
+
+        node = getattr(ray._private.worker, "_global_node", None)  # no public API for this
+        return node.get_logs_dir_path() if node is not None else None
+
 
 @contextmanager
 def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool = True,
-                log_to_driver: bool = True) -> Iterator[RaySession]:
-    """Connect for the duration of the block; disconnect (or stop) only what this call started."""
+                log_to_driver: bool = False) -> Iterator[RaySession]:
+    """Connect for the duration of the block; disconnect (or stop) only what this call started.
+
+    Workers' output stays in Ray's log folder (``RaySession.logs``) unless ``log_to_driver``:
+    the console shows Feedline's progress, results, warnings and errors, not Ray's chatter."""
     import ray
 
     address = address or os.environ.get("RAY_ADDRESS", "")

@@ -6,14 +6,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipeline.train.models import small_cnn
+from pipeline.train.models import mlp, small_cnn
 
 
 class Sleepy(nn.Module):
-    """Wraps a model and sleeps in forward: a compute step the data path can easily feed."""
+    """Wraps a model and sleeps in each training forward: a compute step the data path can
+    easily feed (validation, in eval mode, runs at the inner model's speed)."""
 
     def __init__(self, inner: nn.Module, seconds: float, only_rank: int | None = None):
         super().__init__()
@@ -21,7 +23,7 @@ class Sleepy(nn.Module):
 
     def forward(self, x):
         rank = dist.get_rank() if dist.is_initialized() else 0
-        if self.only_rank is None or rank == self.only_rank:
+        if self.training and (self.only_rank is None or rank == self.only_rank):
             time.sleep(self.seconds)
         return self.inner(x)
 
@@ -32,6 +34,39 @@ def slow_cnn(*, input_shape, num_classes):
 
 def slow_rank_one_cnn(*, input_shape, num_classes):
     return Sleepy(small_cnn(input_shape=input_shape, num_classes=num_classes), 0.08, only_rank=1)
+
+
+def slow_mlp(*, input_shape, num_classes):
+    """Feature columns, 300 ms of "compute" per training step on every rank."""
+    return Sleepy(mlp(input_shape=input_shape, num_classes=num_classes), 0.3)
+
+
+def slow_rank_one_mlp(*, input_shape, num_classes):
+    """Feature columns; rank 1 alone spends 300 ms more per training step."""
+    return Sleepy(mlp(input_shape=input_shape, num_classes=num_classes), 0.3, only_rank=1)
+
+
+class HeavyGradients(nn.Module):
+    """A tiny model plus large parameters that cost almost nothing to compute but whose dense
+    gradients DDP must all-reduce every step: communication with little compute. Split in
+    ``parts`` tensors so small DDP buckets turn them into many all-reduces."""
+
+    def __init__(self, inner: nn.Module, numel: int, parts: int):
+        super().__init__()
+        self.inner = inner
+        self.ballast = nn.ParameterList(nn.Parameter(torch.zeros(numel // parts))
+                                        for _ in range(parts))
+
+    def forward(self, x):
+        # sum() gives every element a gradient of 1: the whole tensor goes through the
+        # all-reduce, for one pass over memory of compute.
+        return self.inner(x) + sum(p.sum() for p in self.ballast) * 0.0
+
+
+def heavy_gradients_mlp(*, input_shape, num_classes):
+    """Feature columns; 8 M extra parameters in 128 tensors (32 MB of float32 gradients per
+    step)."""
+    return HeavyGradients(mlp(input_shape=input_shape, num_classes=num_classes), 8 << 20, 128)
 
 
 KILL_PLAN = Path(tempfile.gettempdir()) / "feedline-test-train-kill.json"

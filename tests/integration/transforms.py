@@ -19,6 +19,15 @@ def slow_preprocessing(batch):
     return batch
 
 
+def slow_rows(batch):
+    """Preprocessing that cannot keep up, whatever the batch: 60 ms per row (parquet sources
+    hand the transform whole files, images a batch of samples)."""
+    import time
+
+    time.sleep(0.06 * len(batch["id"]))
+    return batch
+
+
 KILL_PLAN = Path(tempfile.gettempdir()) / "feedline-test-kill-plan.json"
 _seen = 0
 

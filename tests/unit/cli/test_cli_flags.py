@@ -16,8 +16,10 @@ EXPECTED = {
     "validate": {"config", "overrides"},
     "doctor": {"address", "root", "json"},
     "report": {"run_dir"},
+    "tune": {"config", "overrides", "budget_s", "max_trials", "output"},
     "bench collective": {"workers", "backend", "max_size", "json", "address"},
     "bench ingest": {"samples", "reps", "workers", "quick", "json", "markdown"},
+    "bench train": {"epochs", "rounds", "samples", "cpus", "quick", "json", "markdown"},
     "bench scaling": {"config", "workers", "overrides", "address", "output", "json"},
 }
 

@@ -7,13 +7,16 @@ import time
 
 import numpy as np
 import pytest
+import real_loop
 import torch
 from matplotlib import image
+from real_loop import Epoch
 
 from pipeline.cli import report as report_cli
 from pipeline.profile import (
     ProfileConfig,
     StepProfiler,
+    combine_summaries,
     diagnose,
     load_profile,
     merge_ranks,
@@ -23,6 +26,7 @@ from pipeline.profile import (
     write_report,
     write_timeline,
 )
+from pipeline.profile._summary import TRAINING_PHASES
 
 DATA_OPS = [{"operator": "ReadParquet", "rows": 640, "busy_s": 0.4, "blocked_s": 0.1,
              "tasks": 4, "wall_s": 10.0},
@@ -113,7 +117,9 @@ def test_profile_json_round_trip_and_summary_fields(tmp_path, make_ranks):
     assert list(saved.events) == [0] and saved.diagnosis["verdict"] == "compute_bound"
     fields = summary_fields(merged, d)
     assert set(fields) == {"data_wait_fraction", "comm_exposed_fraction", "step_breakdown",
+                           "training_wall_s", "time_breakdown", "explained_fraction",
                            "diagnosis"}
+    assert sum(fields["time_breakdown"].values()) == pytest.approx(1.0)
     json.dumps(fields)
 
 
@@ -153,3 +159,33 @@ def test_pipeline_report_on_a_directory_without_a_profile_fails_clearly(tmp_path
     assert run_cli(tmp_path) == 1
     out = " ".join(capsys.readouterr().out.split())  # rich wraps to the terminal width
     assert "no profile in this run directory" in out
+
+
+def test_report_shows_every_phase_of_the_training_wall_and_they_add_up(tmp_path):
+    plans = [Epoch(startup=2.0, steps=20, validation=0.4, checkpoint=0.3)] * 3
+    ranks = {r: combine_summaries(real_loop.run(plans, rank=r)[0]) for r in range(2)}
+    merged = merge_ranks(ranks)
+    d = diagnose(merged, [], ProfileConfig(), {"data.cache": "off"})
+    text = write_report(tmp_path / "report.md", d, merged).read_text()
+    assert text.startswith("# Profile: startup_bound")
+    assert "- `data.cache=memory`:" in text  # the change, as `--set` takes it
+    table = text.split("## Where the training time went")[1].split("\n\n")[2]
+    rows = {line.split(" | ")[0].strip("| *"): line.split(" | ")
+            for line in table.splitlines()[2:]}
+    assert set(rows) == {*TRAINING_PHASES, "total"}
+    seconds = {p: float(rows[p][1]) for p in TRAINING_PHASES}
+    wall = sum(plan.seconds() for plan in plans)
+    assert sum(seconds.values()) == pytest.approx(wall, abs=0.01 * len(seconds))
+    assert seconds["startup"] == pytest.approx(6.0) and seconds["checkpoint"] == pytest.approx(0.9)
+    assert float(rows["startup"][2].rstrip("%")) == pytest.approx(100 * 6.0 / wall, abs=0.1)
+    assert "| epoch | wall s | startup |" in text
+
+
+def test_timeline_has_a_track_for_each_out_of_step_phase(tmp_path):
+    events = {r: real_loop.run([Epoch()] * 2, rank=r)[1].trace_events() for r in range(2)}
+    trace = json.loads(write_timeline(tmp_path / "t.json", events, []).read_text())
+    threads = {e["args"]["name"] for e in trace["traceEvents"]
+               if e["name"] == "thread_name" and e["pid"] == 0}
+    assert {"startup", "validation", "report", "checkpoint"} <= threads
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["name"] for e in spans if e["cat"] == "epoch"} >= {"startup", "validation"}

@@ -1,12 +1,17 @@
-"""StepProfiler on the CPU with real work: phases, the derived `other`, carving, trace, reset."""
+"""StepProfiler: phases, the derived `other`, carving, trace, epoch windows.
+
+The first tests run real work on the host clock; the rest drive the exact span sequence of the
+real loop (real_loop.py) on a virtual clock, so every second can be accounted for.
+"""
 
 import json
 import time
 
 import pytest
 import torch
+from real_loop import Epoch, VirtualClock, run, run_epoch
 
-from pipeline.profile import PHASES, StepProfiler
+from pipeline.profile import PHASES, StepProfiler, combine_summaries, merge_ranks
 
 CPU = torch.device("cpu")
 
@@ -132,3 +137,150 @@ def test_many_steps_are_resolved_in_batches_without_losing_any():
     assert s["steps"] == 37 and s["samples"] == sum(range(37))
     assert sum(p["sum"] for p in s["phases"].values()) == pytest.approx(s["wall_s"], rel=1e-9)
     assert sorted({e["args"]["step"] for e in prof.trace_events()}) == [32, 33, 34, 35, 36]
+
+
+# -- the real loop's shape (tests/unit/profile/real_loop.py), on a virtual clock ---------------
+
+
+def test_every_second_of_a_multi_epoch_run_is_counted_once():
+    plans = [Epoch(startup=2.0, last_wait=0.5, validation=0.3, report=0.04, checkpoint=0.2,
+                   tail=0.003, between=0.007) for _ in range(3)]
+    windows, _, clock = run(plans)
+    both = combine_summaries(windows)
+    t = both["training"]
+    assert t["wall_s"] == pytest.approx(clock.now)  # first start-up to the last checkpoint
+    assert sum(t["phases"].values()) == pytest.approx(t["wall_s"])
+    assert t["phases"]["startup"] == pytest.approx(3 * 2.0)
+    assert t["phases"]["validation"] == pytest.approx(3 * 0.3)
+    assert t["phases"]["report"] == pytest.approx(3 * 0.04)  # split across windows, not lost
+    assert t["phases"]["checkpoint"] == pytest.approx(3 * 0.2)
+    # the epoch's last data_wait (no batch) is counted, though it belongs to no step
+    assert t["phases"]["data_wait"] == pytest.approx(3 * (4 * 0.01 + 0.5))
+    assert t["phases"]["untracked"] == pytest.approx(3 * (0.003 + 0.007))
+    assert t["phases"]["other"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_steps_hold_no_time_from_between_epochs():
+    # Before: the epoch's last data_wait stayed open, so validation, report, checkpoint and the
+    # next start-up landed in the next epoch's first step as `other`.
+    plans = [Epoch(startup=2.0, validation=0.3, checkpoint=0.2) for _ in range(3)]
+    windows, _, _ = run(plans)
+    for window, plan in zip(windows, plans, strict=False):
+        assert window["steps"] == plan.steps
+        assert window["phases"]["other"]["sum"] == pytest.approx(0.0, abs=1e-9)
+    step = 0.01 + 0.02 + 0.03 + 0.005  # wait + forward + backward + optimizer
+    both = combine_summaries(windows)
+    assert both["steps"] == 15
+    assert both["step_s"]["p99"] == pytest.approx(step)
+    assert both["wall_s"] == pytest.approx(15 * step - 3 * 0.01)  # first steps: no data_wait
+    assert windows[-1]["steps"] == 0  # the tail holds the last report's rest and checkpoint
+    assert windows[-1]["training"]["phases"]["checkpoint"] == pytest.approx(0.2)
+
+
+def test_report_time_is_split_at_the_summary_and_checkpoint_goes_to_the_next_window():
+    windows, _, _ = run([Epoch(report=0.04, checkpoint=0.2)] * 2)
+    first, second, tail = (w["training"]["phases"] for w in windows)
+    assert first["report"] == pytest.approx(0.02) and first["checkpoint"] == 0.0
+    assert second["report"] == pytest.approx(0.04) and second["checkpoint"] == pytest.approx(0.2)
+    assert tail["report"] == pytest.approx(0.02) and tail["checkpoint"] == pytest.approx(0.2)
+    assert [w["training"]["windows"][0]["epoch"] for w in windows] == [1, 2, 2]
+
+
+def test_carved_h2d_and_exposed_all_reduce_stay_inside_the_step():
+    windows, _, _ = run([Epoch(data_wait=0.05, h2d=0.02, comm=0.04, backward=0.01)])
+    s = windows[0]
+    assert s["phases"]["h2d"]["sum"] == pytest.approx(4 * 0.02)
+    assert s["phases"]["data_wait"]["sum"] == pytest.approx(4 * 0.03)
+    assert s["phases"]["comm_exposed"]["sum"] == pytest.approx(5 * 0.04)
+    assert s["phases"]["backward"]["sum"] == pytest.approx(5 * 0.01)
+    assert sum(p["sum"] for p in s["phases"].values()) == pytest.approx(s["wall_s"])
+
+
+def test_a_peer_waiting_for_its_batch_is_charged_to_input_not_communication():
+    # Two ranks share a slow preprocessing stream and wait at alternate steps; each waits for
+    # the other inside the all-reduce. Per step the slowest rank's wait is what both waited for.
+    n = 9
+    wait = [0.0] + [0.2 if i % 2 else 0.0 for i in range(1, n)]
+    other = [0.0] + [0.0 if i % 2 else 0.2 for i in range(1, n)]
+    comm_true = 0.005
+    plans = {0: Epoch(steps=n, waits=wait, comms=[comm_true + (0.2 - w) if i else comm_true
+                                                   for i, w in enumerate(wait)]),
+             1: Epoch(steps=n, waits=other, comms=[comm_true + (0.2 - w) if i else comm_true
+                                                    for i, w in enumerate(other)])}
+    peer = [max(a, b) for a, b in zip(plans[0].step_waits(), plans[1].step_waits(),
+                                      strict=True)]
+    ranks = {r: combine_summaries(run([p], rank=r, peer_waits=[peer])[0])
+             for r, p in plans.items()}
+    for s in ranks.values():
+        assert s["training"]["input_comm_s"] == pytest.approx((n - 1) / 2 * 0.2)
+        assert s["training"]["startup_comm_s"] == 0.0
+    costs = merge_ranks(ranks)["training"]["costs"]
+    comm_s = n * comm_true
+    wall = ranks[0]["training"]["wall_s"]
+    assert costs["communication"] == pytest.approx(comm_s / wall)
+    last = plans[0].last_wait  # the epoch's last data_wait, outside any step
+    assert costs["input"] == pytest.approx(((n - 1) * 0.2 + last) / wall)
+    # without the per-step correction, half of the input wait reads as communication
+    alone = merge_ranks({r: combine_summaries(run([p], rank=r)[0]) for r, p in plans.items()})
+    assert alone["training"]["costs"]["communication"] > 10 * costs["communication"]
+
+
+def test_a_peer_slower_to_start_is_charged_to_startup():
+    fast, slow = Epoch(startup=1.0, comms=[0.5, 0, 0, 0, 0]), Epoch(startup=1.5)
+    peer = [max(a, b) for a, b in zip(fast.step_waits(), slow.step_waits(), strict=True)]
+    s = combine_summaries(run([fast], peer_waits=[peer])[0])
+    assert s["training"]["startup_comm_s"] == pytest.approx(0.5)
+    assert s["training"]["input_comm_s"] == 0.0
+
+
+def test_reading_without_reset_changes_nothing():
+    clock = VirtualClock()
+    prof = StepProfiler(rank=0, device="cpu", clock=clock)
+    plan = Epoch()
+    run_epoch(prof, clock, plan, epoch=1)
+    with prof.phase("validation"):
+        clock.advance(1.0)
+        a = prof.epoch_summary(reset=False)
+        b = prof.epoch_summary(reset=False)
+    assert a == b and a["training"]["phases"]["validation"] == pytest.approx(1.0)
+    after = prof.epoch_summary()
+    assert after["training"]["phases"]["validation"] == pytest.approx(1.0)
+
+
+def test_work_per_step_is_step_time_minus_exposed_all_reduce_over_the_run():
+    windows, prof, _ = run([Epoch(comm=0.02), Epoch(comm=0.04, forward=0.1)])
+    both = combine_summaries(windows)
+    assert prof.work_per_step() == pytest.approx(
+        (both["wall_s"] - both["phases"]["comm_exposed"]["sum"]) / both["steps"])
+    assert merge_ranks({0: both})["per_rank"]["0"]["work_s"] == pytest.approx(
+        prof.work_per_step())
+
+
+def test_timeline_shows_the_out_of_step_phases_and_the_last_wait():
+    _, prof, _ = run([Epoch()] * 3, trace_steps=6)
+    events = prof.trace_events()
+    epoch_events = [e for e in events if e["cat"] == "epoch"]
+    names = {e["name"] for e in epoch_events}
+    assert {"startup", "validation", "report", "checkpoint", "data_wait"} <= names
+    tracks = {e["name"]: e["tid"] for e in epoch_events}
+    assert len(set(tracks.values())) == len(tracks)
+    # only the phases from the window of the oldest traced step on (epochs 2 and 3)
+    assert len([e for e in epoch_events if e["name"] == "startup"]) == 2
+    for e in events:
+        assert e["dur"] >= 0
+
+
+def test_phases_do_not_nest_and_hold_no_steps():
+    prof = StepProfiler(rank=0, device=CPU, clock=VirtualClock())
+    with prof.phase("validation"):
+        with pytest.raises(ValueError, match="do not nest"):
+            prof.phase("checkpoint").__enter__()
+        with pytest.raises(ValueError, match="hold no steps"):
+            prof.span("forward").__enter__()
+    with pytest.raises(ValueError, match="startup, validation, report, checkpoint"):
+        prof.phase("eval")
+    with pytest.raises(ValueError, match="phase\\(\\)"):
+        prof.span("validation")
+    off = StepProfiler(rank=0, device=CPU, enabled=False)
+    assert off.phase("startup") is off.span("forward")
+    assert off.step_waits() == []

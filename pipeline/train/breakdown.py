@@ -1,0 +1,101 @@
+"""Where a job's wall time went, from process start to exit (driver; pure but for the clock).
+
+The user waits for the whole process, not for the steady state of an epoch: imports, Ray's
+start, planning, the worker group, every epoch's start-up and the teardown all count. The driver
+marks its milestones with :class:`JobClock`; the Train workers report each epoch's Unix start
+and end and its first-batch wait; :func:`breakdown` turns both into consecutive phases that add
+up to the wall time::
+
+    process start ─ imports ─ ray start ─ driver set-up ─ worker group ─┐
+      ┌─────────────────────────────────────────────────────────────────┘
+      └ [epoch start-up (first batch) ─ steady training ─ between epochs]* ─ fit teardown
+        ─ outputs ─ ray shutdown ─ (exit)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def process_start() -> float:
+    """Unix time this process started (from /proc), or now when /proc is not there."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration):
+        return time.time()
+
+
+class JobClock:
+    """Unix-time milestones of one run on the driver; ``mark(name)`` once per milestone.
+
+    ``started``: the process start for a CLI or ``ray job submit`` run (what the user waits
+    for), the call's start for ``pipeline.run`` inside a longer-lived driver. The job fills
+    ``epochs`` (rank 0's per-epoch timing records) and ``workers_ready``.
+    """
+
+    def __init__(self, started: float | None = None) -> None:
+        self.marks: dict[str, float] = {"process_start": started or process_start()}
+        self.epochs: list[dict[str, Any]] = []
+        self.workers_ready: float | None = None
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = time.time()
+
+    def breakdown(self) -> list[dict[str, Any]]:
+        return breakdown(self.marks, self.epochs, self.workers_ready)
+
+
+def breakdown(marks: dict[str, float], epochs: list[dict[str, Any]],
+              workers_ready: float | None = None) -> list[dict[str, Any]]:
+    """Consecutive phases ``{"phase", "seconds", "share"}`` from process start to the last mark.
+
+    ``epochs``: per epoch ``{"epoch", "started_at", "ended_at", "first_batch_seconds",
+    "epoch_seconds"}`` (rank 0's Unix times); ``workers_ready``: when rank 0 had its model
+    built. Missing marks (a failed run) end the list early.
+    """
+    rows: list[tuple[str, float]] = []
+    t = marks["process_start"]
+
+    def until(name: str, when: float | None) -> None:
+        nonlocal t
+        if when is not None:
+            rows.append((name, max(0.0, when - t)))
+            t = max(t, when)
+
+    until("imports and config", marks.get("entered"))
+    until("ray start", marks.get("ray_started"))
+    until("driver set-up (plan, network, datasets)", marks.get("fit_started"))
+    first = epochs[0]["started_at"] if epochs else None
+    until("worker group start", workers_ready if workers_ready and first else first)
+    if workers_ready and first:
+        until("worker set-up (model, DDP)", first)
+    for i, e in enumerate(epochs):
+        if i:
+            until(f"epoch {epochs[i - 1]['epoch']} checkpoint", e["started_at"])
+        start_up = min(e["first_batch_seconds"], e["epoch_seconds"])
+        rows.append((f"epoch {e['epoch']} start-up (first batch)", start_up))
+        rows.append((f"epoch {e['epoch']} steady training", e["epoch_seconds"] - start_up))
+        t = e["started_at"] + e["epoch_seconds"]
+        until(f"epoch {e['epoch']} validation and reporting", e["ended_at"])
+    until("fit teardown (last checkpoint, link probe, worker group)", marks.get("fit_done"))
+    until("outputs (summary, profile, plots)", marks.get("outputs_done"))
+    until("ray shutdown", marks.get("ray_stopped"))
+    wall = t - marks["process_start"]
+    return [{"phase": name, "seconds": round(s, 3), "share": round(s / wall, 4) if wall else 0.0}
+            for name, s in rows]
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    """The breakdown as a markdown table with its total."""
+    total = sum(r["seconds"] for r in rows)
+    lines = ["## Where the job's wall time went (process start to exit)", "",
+             "| phase | seconds | share |", "|---|---:|---:|"]
+    lines += [f"| {r['phase']} | {r['seconds']:.2f} | {r['share']:.1%} |" for r in rows]
+    lines += [f"| **total** | **{total:.2f}** | |", ""]
+    return "\n".join(lines)

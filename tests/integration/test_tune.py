@@ -1,0 +1,43 @@
+"""``pipeline tune`` turns the diagnosis's advice into a kept change on a real input-bound job."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+
+
+@pytest.mark.timeout(600)
+def test_one_slow_decode_actor_is_tuned_to_more_actors(ray_cluster, tmp_path, capsys):
+    out = tmp_path / "tune"
+    code = main(["tune", str(QUICKSTART), "--max-trials", "1", "--budget-s", "500",
+                 "--output", str(out),
+                 "--set", "data.transform=tests.integration.tune_transforms:slow_decode",
+                 "--set", "data.concurrency=[1, 1]", "--set", "train.epochs=2",
+                 # every epoch decodes (no replay of decoded samples), so every epoch pays
+                 "--set", "data.cache=\"off\""])
+    assert code == 0
+    report = json.loads((out / "tune.json").read_text())
+    assert report["probe_sets"][0] == "train.epochs=2"  # probes are at least two epochs
+    [trial] = report["trials"]
+    [change] = trial["changes"]
+    # the diagnosis of one slow decode actor names more actors (see baseline's verdict if not)
+    assert change["key"] == "data.concurrency", report["baseline"]
+    assert change["value"][1] > 1, trial
+    assert trial["kept"], trial
+    assert report["kept"] == [change]
+    tuned = yaml.safe_load((out / "tuned.yaml").read_text())
+    assert tuned["data"]["concurrency"] == change["value"]
+    # the user's own settings stay, the probe's (no link probe, run directory) do not
+    assert tuned["data"]["transform"] == "tests.integration.tune_transforms:slow_decode"
+    assert "output" not in tuned.get("run", {}) and "probe" not in tuned.get("collective", {})
+    printed = capsys.readouterr().out
+    assert "data.concurrency" in printed and "kept" in printed
+    # every probe is a full Feedline run directory
+    assert (out / "probe-0-baseline" / "summary.json").exists()
+    assert (out / "trial-1" / "summary.json").exists()
