@@ -33,6 +33,7 @@ decoding it replaces (Cachew's rule: cache when the cache is the faster source).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -171,6 +172,8 @@ class SampleCache:
         self._columns, self._rows, self.complete = {}, 0, False
         if self._dir is not None and self._dir.exists():
             shutil.rmtree(self._dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the run's folder, once its last cache is gone
+                self._dir.parent.rmdir()
 
     def _append(self, batch: Batch) -> None:
         n = len(next(iter(batch.values())))
