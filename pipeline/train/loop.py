@@ -129,7 +129,7 @@ def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device,
     with torch.no_grad(), _feeder(shard, spec, device, cache=cache) as feeder:
         for batch in feeder:
             y = batch["label"]
-            correct += (model(batch[spec.field]).argmax(dim=1) == y).sum()
+            correct += (model(_layout(batch[spec.field])).argmax(dim=1) == y).sum()
             total += len(y)
     model.train()
     return int(correct), total
@@ -180,7 +180,7 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
         if steps:
             prof.add("h2d", min(stats.copy_s - copy_s, waited), within="data_wait")
         copy_s = stats.copy_s
-        x, y = batch[spec.field], batch["label"]
+        x, y = _layout(batch[spec.field]), batch["label"]
         ids.append(batch["id"])
         with prof.span("forward"):  # augmentation is device work of the step: counted here
             if augment_config.enabled:
@@ -211,6 +211,13 @@ def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProf
         waited = time.perf_counter() - waited
     seen = torch.cat(ids).cpu().numpy() if ids else np.empty(0, np.int64)
     return samples, steps, float(loss_sum), first_batch_s, seen
+
+
+def _layout(x: torch.Tensor) -> torch.Tensor:
+    """Image batches in channels-last memory: oneDNN's (and cuDNN's tensor-core) convolutions
+    run faster on it (measured here: the bench CNN's step at 128² took 0.42-0.45 s instead of
+    0.58-0.66 s on one CPU thread), which is what a plain loop gets by permuting NHWC arrays."""
+    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
 
 
 def _all_sum(values: list[float], device: torch.device) -> list[float]:
@@ -254,6 +261,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
 
     model = build_model(cfg.train.model, input_shape=spec.sample_shape,
                         num_classes=spec.num_classes).to(device)
+    if len(spec.sample_shape) == 3:  # images: convolutions run channels-last (see _layout)
+        model = model.to(memory_format=torch.channels_last)
     prof = StepProfiler.from_config(cfg.profile, rank=rank, device=device)
     gauges = TrainMetrics(cfg.run.name, rank)
     timing = ((lambda hook, state: timed_hook(hook, state, prof.comm_timer))
