@@ -5,14 +5,16 @@ Each epoch that reads through Ray Data starts its pipeline again (actors, first 
 short epochs pay that start-up more often than they train. The start-up cost also counts the
 all-reduce time a rank spent in its first step waiting for a peer whose start-up was longer.
 
-A saturated decode pool (busy at least ``data_busy_fraction``) makes every epoch's first blocks
-wait for it: more actors come first. Otherwise the remedy depends on whether the start-up
-repeats. When the epochs after the first pay at least a third of the run's start-up between
-them (together at least half the first epoch's),
-the decoded samples are not being reused: ``data.cache: memory`` keeps each rank's decoded shard
-so later epochs replay it instead of restarting Ray Data (validation, which restarts its own
-pipeline, replays too). When only the first epoch pays it, it is the price of the run itself:
-fewer, longer runs (more epochs per run, fewer restarts) amortise it; no config key removes it.
+The remedy depends on whether the start-up repeats. When the epochs after the first pay
+together at least half the first epoch's start-up, the decoded samples are not being reused:
+``data.cache: memory`` keeps each rank's decoded shard so later epochs replay it instead of
+restarting Ray Data and decoding again (validation, which restarts its own pipeline, replays
+too). That removes the repeated start-up *and* the repeated decoding, so it comes first. A
+saturated decode pool (busy at least ``data_busy_fraction``) makes every decoding epoch's first
+blocks wait for it: more actors come next (with the cache on, they still speed up the epoch that
+decodes, which is all the start-up that is left). When only the first epoch pays it and the pool
+is not saturated, it is the price of the run itself: fewer, longer runs (more epochs per run,
+fewer restarts) amortise it; no config key removes it.
 """
 
 from __future__ import annotations
@@ -50,10 +52,7 @@ def detect(facts: Facts) -> Finding | None:
         cache = "off"
     changes = []
     saturated = facts.data_busy is not None and facts.data_busy >= facts.config.data_busy_fraction
-    more = _more_actors(facts) if repeats and saturated else None
-    if more is not None:  # each epoch's first blocks wait for a pool that is already full
-        evidence["data_saturated"] = True
-        changes.append(more)
+    more = _more_actors(facts) if saturated else None
     if repeats and cache in ("off", "auto", None):
         now = f" (now {cache})" if cache is not None else ""
         fix = (f"set `data.cache: memory`{now} so every epoch after the first replays the "
@@ -72,10 +71,13 @@ def detect(facts: Facts) -> Finding | None:
         fix = ("only the first epoch pays it, so it is the run's own start-up: run more epochs "
                "per job (a larger `train.epochs` in fewer, longer runs; fewer restarts) to "
                "amortise it")
-    if more is not None:
-        fix = (f"preprocessing actors were busy {pct(facts.data_busy)} of the time, so every "
-               f"epoch's first blocks wait for a full pool: raise `data.concurrency` to "
-               f"{more['value']}; then {fix}")
+    if more is not None:  # each decoding epoch's first blocks wait for a pool that is full
+        evidence["data_saturated"] = True
+        changes.append(more)
+        busy = (f"preprocessing actors were busy {pct(facts.data_busy)} of the time, so every "
+                f"decoding epoch's first blocks wait for a full pool")
+        fix = (f"{fix}; {busy}: then raise `data.concurrency` to {more['value']}" if repeats
+               else f"{busy}: raise `data.concurrency` to {more['value']}; beyond that, {fix}")
     advice = (f"{head} → {fix}",)
     return Finding(verdict=VERDICT, share=share, evidence=evidence, advice=advice,
                    changes=tuple(changes))

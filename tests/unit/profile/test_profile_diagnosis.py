@@ -243,7 +243,7 @@ def test_short_epochs_dominated_by_startup_are_startup_bound_and_advise_the_cach
     assert d.evidence["explained_fraction"] > 0.95
 
 
-def test_startup_behind_a_saturated_decode_pool_advises_more_actors_first():
+def test_startup_behind_a_saturated_decode_pool_advises_the_cache_then_more_actors():
     # One slow decode actor, cache off: each epoch's first blocks wait for the full pool.
     ranks = loop_ranks({r: [Epoch(startup=2.3, steps=20)] * 4 for r in range(2)})
     wall = ranks[0]["training"]["wall_s"]
@@ -251,9 +251,24 @@ def test_startup_behind_a_saturated_decode_pool_advises_more_actors_first():
             "blocked_s": 0.0, "tasks": 24, "wall_s": wall}]
     d = run(ranks, ops, context={**CONTEXT, "data.cache": "off"})
     assert d.verdict == "startup_bound"
-    assert [c["key"] for c in d.changes] == ["data.concurrency", "data.cache"]
+    # the cache removes the repeated start-up and decoding; more actors speed up what decodes
+    assert [c["key"] for c in d.changes] == ["data.cache", "data.concurrency"]
+    assert d.changes[1]["value"] == [1, 4]
+    assert "then raise `data.concurrency` to [1, 4]" in d.advice[0]
+
+
+def test_first_epoch_startup_behind_a_saturated_pool_advises_more_actors():
+    # Cache on, one slow decode actor: only the decoding epoch waits, for a pool that is full.
+    plans = [Epoch(startup=6.0, steps=20)] + [Epoch(startup=0.01, steps=20)] * 2
+    ranks = loop_ranks({r: plans for r in range(2)})
+    # busy 97% of its two slots over its own wall (the decoding epoch), not the training wall
+    ops = [{"operator": "MapBatches(SampleReader)", "rows": 1434, "busy_s": 0.97 * 8.0 * 2,
+            "blocked_s": 0.0, "tasks": 6, "wall_s": 8.0}]
+    d = run(ranks, ops, context={**CONTEXT, "data.cache": "memory"})
+    assert d.verdict == "startup_bound" and d.evidence["startup_repeats"] is False
+    assert [c["key"] for c in d.changes] == ["data.concurrency"]
     assert d.changes[0]["value"] == [1, 4]
-    assert "raise `data.concurrency` to [1, 4]" in d.advice[0]
+    assert "raise `data.concurrency` to [1, 4]; beyond that" in d.advice[0]
 
 
 def test_startup_paid_by_the_first_epoch_only_advises_longer_runs_without_a_change():
