@@ -1,20 +1,20 @@
-"""Preprocessing: sources, decoding on Ray Data CPU workers, the split and the quarantine."""
+"""Preprocessing: sources, decoding on Ray Data CPU workers, the split and the quarantine.
 
-from pipeline.data.config import DataConfig, DigitsSource, ImageFolderSource, ParquetSource
-from pipeline.data.dataset import DataPlan, build_datasets, plan_source
-from pipeline.data.reader import ReaderSpec, SampleReader, load_callable
-from pipeline.data.split import validation_mask
+The names below load on first use: Ray actors that unpickle a class from a submodule (the
+quarantine log) import this package, and must not pay for pyarrow and the readers.
+"""
 
-__all__ = [
-    "DataConfig",
-    "DataPlan",
-    "DigitsSource",
-    "ImageFolderSource",
-    "ParquetSource",
-    "ReaderSpec",
-    "SampleReader",
-    "build_datasets",
-    "load_callable",
-    "plan_source",
-    "validation_mask",
-]
+from importlib import import_module
+from typing import Any
+
+_WHERE = {"DataConfig": "config", "DigitsSource": "config", "ImageFolderSource": "config",
+          "ParquetSource": "config", "DataPlan": "dataset", "build_datasets": "dataset",
+          "plan_source": "dataset", "ReaderSpec": "reader", "SampleReader": "reader",
+          "load_callable": "reader", "validation_mask": "split"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(f"pipeline.data.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'pipeline.data' has no attribute {name!r}")

@@ -1,7 +1,18 @@
-"""Training: the resource planner, the Ray Train job and the per-worker loop."""
+"""Training: the resource planner, the Ray Train job and the per-worker loop.
 
-from pipeline.train.config import TrainConfig
-from pipeline.train.models import MODELS, build_model
-from pipeline.train.planner import PlanError, ResourcePlan, plan_resources
+The names below load on first use: Ray actors that unpickle a class from a submodule (the run's
+reporter) import this package, and must not pay for torch.
+"""
 
-__all__ = ["MODELS", "PlanError", "ResourcePlan", "TrainConfig", "build_model", "plan_resources"]
+from importlib import import_module
+from typing import Any
+
+_WHERE = {"TrainConfig": "config", "MODELS": "models", "build_model": "models",
+          "PlanError": "planner", "ResourcePlan": "planner", "plan_resources": "planner"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(f"pipeline.train.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'pipeline.train' has no attribute {name!r}")
