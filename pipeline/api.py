@@ -14,8 +14,11 @@ from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from pipeline.config import Config, ConfigError, load_config, to_dict
+from pipeline.data import ReaderSpec, plan_source
+from pipeline.data.sources import SourcePlan, skipped_warning
 from pipeline.train.breakdown import JobClock, to_markdown
 
 
@@ -43,6 +46,16 @@ def finished(out: Path) -> None:
                            f"another run.output"])
 
 
+def check_source(config: Config, console: Console) -> tuple[SourcePlan, ReaderSpec]:
+    """Plan the data source on the driver, warn about files it does not read, and return the
+    plan for the run to use. Raises :class:`ConfigError` for data that cannot train."""
+    plan, spec = plan_source(config.data)
+    warning = skipped_warning(plan)
+    if warning:
+        console.print(f"[yellow]warning[/]: {escape(warning)}", highlight=False)
+    return plan, spec
+
+
 def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = (),
         console: Console | None = None, show_progress: bool = True,
         clock: JobClock | None = None, **overrides: Any) -> RunResult:
@@ -51,7 +64,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     ``clock`` times the run from its start (the CLI's starts at process start); by default
     the run is timed from this call.
 
-    Raises :class:`~pipeline.config.ConfigError` for a bad config,
+    Raises :class:`~pipeline.config.ConfigError` for a bad config or data that cannot train
+    (checked before Ray starts),
     :class:`~pipeline.train.PlanError` for a plan that would starve preprocessing,
     ``BadSampleThresholdError`` when the data is broken, and Ray Train's errors otherwise.
     """
@@ -64,6 +78,7 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     console = console or Console(stderr=True, soft_wrap=True)
     out = output_dir(cfg)
     finished(out)
+    source = check_source(cfg, console)  # before Ray: a bad data path fails in seconds
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     clock.mark("entered")
@@ -74,7 +89,7 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
         _link_ray_logs(session, out)
         try:
             summary = run_job(cfg, out, ray_address=session.address, console=console,
-                              clock=clock, show_progress=show_progress)
+                              clock=clock, show_progress=show_progress, source=source)
             clock.mark("outputs_done")
         except BaseException as exc:
             failed = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pipeline.config import ConfigError
@@ -22,7 +23,8 @@ def summary_table(summary: dict) -> Table:
     table = Table(title="Feedline run", show_header=False)
     keys = ("status", "epochs", "samples", "samples_per_second", "steady_samples_per_second",
             "wall_seconds", "num_workers",
-            "val_accuracy", "train_loss", "bad_samples", "backend", "ray_address", "checkpoint")
+            "val_accuracy", "train_loss", "bad_samples", "skipped_files", "backend", "ray_address",
+            "checkpoint")
     for key in keys:
         value = summary.get(key)
         if value is None:
@@ -59,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
                      clock=JobClock(process_start()))
     except ConfigError as exc:
         for line in exc.errors:
-            console.print(f"[red]config error[/]: {line}")
+            console.print(f"[red]config error[/]: {escape(line)}", highlight=False)
         return 2
     except PlanError as exc:
         console.print(f"[red]plan refused[/]: {exc}")

@@ -1,10 +1,15 @@
-"""``pipeline validate CONFIG [--set KEY=VALUE ...]``: print every config error, exit 2 on any."""
+"""``pipeline validate CONFIG [--set KEY=VALUE ...]``: print every config error, exit 2 on any.
+
+After the config, the data source is checked as ``pipeline run`` checks it before starting Ray
+(the path exists, class folders, parquet columns and types, labels), as seen from this machine.
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from rich.console import Console
+from rich.markup import escape
 
 from pipeline.config import ConfigError, load_config
 
@@ -16,12 +21,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pipeline.api import check_source
+    from pipeline.data import DigitsSource
+
     console = Console(stderr=True, soft_wrap=True)
     try:
-        load_config(args.config, args.overrides)
+        config = load_config(args.config, args.overrides)
+        if not isinstance(config.data.source, DigitsSource):  # the run writes those itself
+            check_source(config, console)
     except ConfigError as exc:
         for line in exc.errors:
-            console.print(f"[red]error[/]: {line}", highlight=False)
+            console.print(f"[red]error[/]: {escape(line)}", highlight=False)
         console.print(f"{args.config}: {len(exc.errors)} error(s)")
         return 2
     Console().print(f"{args.config}: ok")

@@ -56,7 +56,13 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             if not isinstance(child, dict):
                 child = node[part] = {}
             node = child
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise ConfigError([f"--set {item!r}: the value {raw!r} is not valid YAML ({problem}); "
+                               f"write a list as [1, 2], a mapping as {{k: v}}, and quote a string "
+                               f"holding ': ', brackets or braces"]) from exc
         if parts[-1] == "kind" and node.get("kind") != value:
             node.clear()
         node[parts[-1]] = value

@@ -61,7 +61,8 @@ class DataConfig:
                            metadata={"doc": "where samples come from"})
     image_size: tuple[int, int] = option((32, 32), "decoded images are resized to (height, width)",
                                          ge=1)
-    channels: int = option(1, "1 (grayscale) or 3 (RGB)", ge=1, le=3)
+    channels: int = option(1, "1 (grayscale) or 3 (RGB); 16-bit images are scaled to 8 bits "
+                              "and transparent pixels composited on black", ge=1, le=3)
     mean: tuple[float, ...] = option((0.5,), "per-channel mean subtracted after scaling to [0, 1]")
     std: tuple[float, ...] = option((0.5,), "per-channel std divided after subtracting the mean",
                                     gt=0)
@@ -99,7 +100,12 @@ class DataConfig:
     max_consecutive_bad: int = option(20, "stop the run after this many bad samples in a row "
                                           "(a broken mount, not a few bad files)", ge=1)
     sample_timeout_s: float = option(10.0, "a sample whose read and decode takes longer is "
-                                           "quarantined", gt=0)
+                                           "quarantined as 'timeout', even while its read is "
+                                           "still stuck (a stale mount)", gt=0)
+    max_image_pixels: int = option(89_478_485, "images whose header declares more pixels "
+                                               "(width x height) are quarantined as 'too_large' "
+                                               "before decoding; the default is Pillow's own "
+                                               "limit (Image.MAX_IMAGE_PIXELS)", ge=1)
 
     @property
     def cache_mode(self) -> str:

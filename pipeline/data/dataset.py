@@ -44,22 +44,28 @@ class DataPlan:
     num_val: int
     origin: str
     train_ids: Any = None  # np.ndarray of the training split's ids, when known on the driver
+    skipped: tuple[tuple[str, str], ...] = ()  # (path, reason) of files the source did not read
 
 
 def plan_source(config: DataConfig) -> tuple[SourcePlan, ReaderSpec]:
-    """Plan the configured source on the driver (lists files / reads parquet metadata)."""
+    """Plan the configured source on the driver (lists files / reads parquet metadata).
+
+    Raises :class:`~pipeline.config.ConfigError` naming the field, the value and the remedy for
+    a source that cannot train (missing, empty, one class, a bad parquet file): call it before
+    starting Ray and hand the result to :func:`build_datasets`."""
     source = config.source
     limits = dict(max_bad_fraction=config.max_bad_fraction,
                   max_consecutive_bad=config.max_consecutive_bad,
                   sample_timeout_s=config.sample_timeout_s)
     mean, std = config.channel_stats()
     common = dict(image_size=config.image_size, channels=config.channels, mean=mean, std=std,
-                  transform=config.transform, **limits)
+                  transform=config.transform, max_image_pixels=config.max_image_pixels, **limits)
     if isinstance(source, ParquetSource):
         plan, features = plan_parquet(source)
         return plan, ReaderSpec(kind="table", origin=plan.origin, features=features,
                                 label_column=source.label_column, id_column=source.id_column,
-                                transform=config.transform, **limits)
+                                num_classes=len(plan.classes), transform=config.transform,
+                                **limits)
     if isinstance(source, DigitsSource):
         plan = plan_digits(source.cache_dir)
     elif isinstance(source, ImageFolderSource):
@@ -91,10 +97,11 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
     )
 
 
-def build_datasets(config: DataConfig, *, ship_uint8: bool = False,
-                   quarantine: Any = None) -> DataPlan:
-    """Plan the source and build the train (and validation) datasets. Runs on the driver."""
-    plan, spec = plan_source(config)
+def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: Any = None,
+                   source: tuple[SourcePlan, ReaderSpec] | None = None) -> DataPlan:
+    """Build the train (and validation) datasets from ``source`` (:func:`plan_source`'s result),
+    planning it here when not given. Runs on the driver."""
+    plan, spec = source or plan_source(config)
     spec = replace(spec, ship_uint8=ship_uint8)
     manifest = plan.manifest
     order = np.random.default_rng(config.seed).permutation(manifest.num_rows)
@@ -136,6 +143,6 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False,
                          f"from {plan.origin}; lower it")
     return DataPlan(train=train, val=val, classes=plan.classes, field=field,
                     sample_shape=shape, num_train=num_train, num_val=num_val, origin=plan.origin,
-                    train_ids=train_ids)
+                    train_ids=train_ids, skipped=plan.skipped)
 
 

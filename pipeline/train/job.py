@@ -23,7 +23,8 @@ from pipeline.config.placement import PlacementConfig
 from pipeline.data import DataPlan, build_datasets
 from pipeline.data.accounting import account_epoch
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
-from pipeline.data.reader import BadSampleThresholdError
+from pipeline.data.reader import BadSampleThresholdError, ReaderSpec
+from pipeline.data.sources import SourcePlan, skipped_fields
 from pipeline.train.breakdown import JobClock
 from pipeline.train.loop import WorkerSpec, train_loop
 from pipeline.train.planner import ResourcePlan, plan_resources
@@ -190,9 +191,11 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
 
 
 def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
-            clock: JobClock, show_progress: bool = True) -> dict[str, Any]:
+            clock: JobClock, show_progress: bool = True,
+            source: tuple[SourcePlan, ReaderSpec] | None = None) -> dict[str, Any]:
     """Train ``config`` on the connected cluster; returns the summary (also in summary.json).
-    ``clock`` gets the job's milestones; the caller adds Ray's shutdown and the breakdown."""
+    ``clock`` gets the job's milestones; the caller adds Ray's shutdown and the breakdown.
+    ``source`` is the data source the caller planned before starting Ray, if it did."""
     import ray
 
     resources = ray.cluster_resources()
@@ -212,7 +215,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     quarantine = QuarantineLog.options(**_on_this_node()).remote(config.run.name)
     reporter = RunReporter.options(**_on_this_node()).remote()
     data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
-                          quarantine=quarantine)
+                          quarantine=quarantine, source=source)
     console.print(f"[bold]data[/]: {data.num_train:,} train / {data.num_val:,} validation samples, "
                   f"{len(data.classes)} classes from {data.origin}")
     spec = WorkerSpec(config=config, field=data.field, sample_shape=data.sample_shape,
@@ -231,7 +234,9 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         except Exception as exc:
             # Ray truncates worker tracebacks; a threshold the readers hit is reported whole.
             reason = ray.get(quarantine.failure.remote(), timeout=30)
-            if reason:
+            if reason:  # the quarantine says which files to fix: write it before stopping
+                write_quarantine(ray.get(quarantine.records.remote(), timeout=60),
+                                 output / "quarantine.jsonl")
                 raise BadSampleThresholdError(reason) from exc
             raise
     clock.mark("fit_done")
@@ -282,6 +287,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         "data": {"origin": data.origin, "classes": list(data.classes),
                  "num_train": data.num_train, "num_val": data.num_val},
         "bad_samples": len(bad),
+        **skipped_fields(data.skipped),
         "restarts": max(0, len(monitor.attempts) - 1),
         "resumed_from": [a for a in monitor.attempts if a],
         "accounting": accounting,

@@ -27,3 +27,30 @@ def test_bench_scaling_and_report(ray_cluster, tmp_path, capsys):
     assert (run_dir / "breakdown.png").stat().st_size > 10_000
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["diagnosis"]["verdict"] in capsys.readouterr().out
+
+
+@pytest.mark.timeout(300)
+def test_run_counts_and_lists_the_files_it_does_not_read(ray_cluster, tmp_path, capsys):
+    from tests.integration.test_run import write_images
+
+    folder = write_images(tmp_path / "imgs", 20)
+    (folder / "notes.txt").write_text("beside the class folders")
+    (folder / "0" / ".DS_Store").write_bytes(b"\0")
+    (folder / "1" / "photo.webp").write_bytes(b"RIFF")
+    out = tmp_path / "out"
+    assert main(["run", str(ROOT / "examples/quickstart.yaml"), "--address", ray_cluster,
+                 "--set", "data.source.kind=image_folder", "--set", f"data.source.path={folder}",
+                 "--set", "data.image_size=[16, 16]", "--set", "train.epochs=1",
+                 "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert (f"warning: 3 file(s) under {folder} are not read: 1 at the root, not in a class "
+            f"folder (e.g. {folder / 'notes.txt'}); 2 not .png/.jpg/.jpeg") in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "succeeded"
+    assert summary["data"]["num_train"] + summary["data"]["num_val"] == 40
+    assert summary["skipped_files"] == 3
+    assert {s["path"]: s["reason"] for s in summary["skipped"]} == {
+        str(folder / "notes.txt"): "at the root, not in a class folder",
+        str(folder / "0" / ".DS_Store"): "not .png/.jpg/.jpeg",
+        str(folder / "1" / "photo.webp"): "not .png/.jpg/.jpeg",
+    }

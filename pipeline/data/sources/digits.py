@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.config import ConfigError
 from pipeline.data.sources.base import SourcePlan
 from pipeline.data.sources.cache import is_complete, publish_once
 from pipeline.data.sources.image_folder import plan_image_folder
@@ -29,8 +30,8 @@ def write_digits(cache_dir: str | Path) -> Path:
     try:
         from sklearn.datasets import load_digits
     except ImportError as exc:
-        raise ValueError("data.source.kind (digits) needs scikit-learn; install it with "
-                         "pip install 'feedline[digits]'") from exc
+        raise ConfigError(["data.source.kind (digits) needs scikit-learn; install it with "
+                           "pip install 'feedline[digits]'"]) from exc
     from PIL import Image
 
     digits = load_digits()

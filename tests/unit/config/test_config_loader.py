@@ -94,6 +94,12 @@ def test_malformed_override():
         "--set 'train.epochs': expected KEY=VALUE, e.g. train.epochs=3"]
 
 
+def test_override_that_is_not_yaml_names_the_set():
+    [error] = errors_of({}, ["train.lr=0.1", "train.epochs=[1,"])
+    assert error.startswith("--set 'train.epochs=[1,': the value '[1,' is not valid YAML (")
+    assert "write a list as [1, 2]" in error
+
+
 def test_cross_field_check_runs_after_types():
     errors = errors_of({"data": {"channels": 3, "mean": [0.1, 0.2], "concurrency": [3, 1]}})
     assert "data.mean ([0.1, 0.2]) needs 1 or 3 values, one per channel" in errors
