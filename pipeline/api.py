@@ -82,7 +82,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     clock.mark("entered")
-    with ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard) as session:
+    with ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
+                     connect_timeout_s=cfg.run.connect_timeout_s) as session:
         clock.mark("ray_started")
         console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
                       f"writing {out.resolve()}")

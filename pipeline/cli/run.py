@@ -69,6 +69,9 @@ def main(args: argparse.Namespace) -> int:
     except BadSampleThresholdError as exc:
         console.print(f"[red]run stopped[/]: {exc}")
         return 1
+    except ConnectionError as exc:  # the cluster at run.address never answered
+        console.print(f"[red]cluster unreachable[/]: {escape(str(exc))}", highlight=False)
+        return 4
     Console().print(summary_table(result.summary))
     Console().print(breakdown_table(result.summary.get("breakdown", [])))
     console.print(f"results in {result.output}")

@@ -29,6 +29,8 @@ class RunSection:
                               "core count", ge=0)
     dashboard: bool = option(False, "start a locally started Ray's dashboard (on 127.0.0.1); "
                                     "off saves its start-up on every run")
+    connect_timeout_s: float = option(30.0, "seconds to wait for the cluster at `address` to "
+                                            "accept a connection before the run fails", gt=0)
 
 
 def _section(cls: type) -> Any:

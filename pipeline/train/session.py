@@ -3,12 +3,19 @@
 Order of precedence: ``--address``/``run.address``, then ``RAY_ADDRESS``, then a Ray the caller
 already initialised (embedding: used and left running), else a local Ray sized from this
 machine with the dashboard on 127.0.0.1 only, shut down when the run ends.
+
+Before joining ``host:port``, the driver checks that something accepts connections there
+(:func:`wait_for_gcs`, ``run.connect_timeout_s``): Ray's own client retries an address where
+nothing listens forever, deaf to Ctrl-C. ``ray://`` (Ray Client) and ``auto`` are passed to Ray
+unchecked.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,9 +37,41 @@ class RaySession:
         return node.get_logs_dir_path() if node is not None else None
 
 
+#: Seconds to wait for a cluster's GCS to accept a connection (``run.connect_timeout_s``).
+CONNECT_TIMEOUT_S = 30.0
+
+
+def wait_for_gcs(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Return once ``host:port`` accepts a TCP connection; a ``ConnectionError`` naming the
+    address, the tries and the remedy after ``timeout_s``. Other address forms pass."""
+    host, sep, port = address.rpartition(":")
+    if "://" in address or not sep or not port.isdigit():
+        return
+    deadline, tries, last = time.monotonic() + timeout_s, 0, None
+    while True:
+        tries += 1
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)),
+                                          timeout=max(0.1, min(2.0, left))):
+                return
+        except OSError as exc:
+            last = exc
+        if time.monotonic() + 0.5 >= deadline:
+            break
+        time.sleep(0.5)
+    raise ConnectionError(
+        f"run.address / --address / RAY_ADDRESS ({address!r}): nothing accepted a connection "
+        f"there in {timeout_s:g} s ({tries} tries; last: {last}). Start the cluster (`ray start "
+        f"--head` on that machine), check the host and GCS port (`ray status` on the head "
+        f"prints it), or leave the address empty for a local Ray; run.connect_timeout_s sets "
+        f"the wait")
+
+
 @contextmanager
 def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool = True,
-                log_to_driver: bool = False) -> Iterator[RaySession]:
+                log_to_driver: bool = False,
+                connect_timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[RaySession]:
     """Connect for the duration of the block; disconnect (or stop) only what this call started.
 
     Workers' output stays in Ray's log folder (``RaySession.logs``) unless ``log_to_driver``:
@@ -46,6 +85,7 @@ def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool 
         yield RaySession(ray.get_runtime_context().gcs_address, "embedded")
         return
     if address:
+        wait_for_gcs(address, connect_timeout_s)
         ray.init(address=address, log_to_driver=log_to_driver)
         mode = "joined"
     else:

@@ -146,7 +146,8 @@ class Tuner:
         kept: tuple[Change, ...] = ()
         rejected: list[Change] = []
         trials: list[Trial] = []
-        with ray_session(self.config.run.address, self.config.run.num_cpus), progress:
+        with ray_session(self.config.run.address, self.config.run.num_cpus,
+                         connect_timeout_s=self.config.run.connect_timeout_s), progress:
             current, config = self.probe("probe-0-baseline", kept)
             baseline = current
             progress.advance(task)
