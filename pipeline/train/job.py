@@ -190,6 +190,15 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
     )
 
 
+def _exactly_once(accounting: list[dict[str, Any]], epochs: int) -> bool | None:
+    """Every epoch of the run accounted, none losing or repeating a sample; None when the ids
+    are not known on the driver (parquet with an ``id_column``)."""
+    if not accounting:
+        return None
+    return ({a["epoch"] for a in accounting} == set(range(1, epochs + 1))
+            and all(a["lost"] == 0 and a["duplicated"] == 0 for a in accounting))
+
+
 def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
             clock: JobClock, show_progress: bool = True,
             source: tuple[SourcePlan, ReaderSpec] | None = None) -> dict[str, Any]:
@@ -291,8 +300,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         "restarts": max(0, len(monitor.attempts) - 1),
         "resumed_from": [a for a in monitor.attempts if a],
         "accounting": accounting,
-        "exactly_once": (all(a["lost"] == 0 and a["duplicated"] == 0 for a in accounting)
-                         if accounting else None),
+        "exactly_once": _exactly_once(accounting, config.train.epochs),
         "checkpoint": str(checkpoint_dir) if result.checkpoint is not None else None,
     }
     if monitor.probe and monitor.probe["warning"]:

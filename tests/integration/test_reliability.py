@@ -107,6 +107,7 @@ def assert_same_weights(output: Path, reference) -> None:
 
 def assert_exactly_once(summary) -> None:
     assert summary["status"] == "succeeded" and summary["exactly_once"] is True
+    assert [a["epoch"] for a in summary["accounting"]] == list(range(1, summary["epochs"] + 1))
     for epoch in summary["accounting"]:  # committed samples: unique and complete
         assert (epoch["lost"], epoch["duplicated"]) == (0, 0), epoch
         assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]
