@@ -34,20 +34,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def trials_table(outcome) -> Table:
     table = Table(title="pipeline tune")
-    for column in ("trial", "change", "samples/s before → after", "verdict before → after",
-                   "result"):
+    for column in ("trial", "change", "training samples/s before → after (judged)",
+                   "job samples/s", "verdict before → after", "result"):
         table.add_column(column, overflow="fold")
     base = outcome.baseline
-    table.add_row("0", "(baseline)", f"{base.samples_per_s:,.1f}", base.verdict, "-")
+    table.add_row("0", "(baseline)", f"{base.judged:,.1f}", f"{base.samples_per_s:,.1f}",
+                  base.verdict, "-")
     for t in outcome.trials:
         change = "\n".join(c.label() for c in t.changes)
         if t.after is None:
-            rate, verdict = f"{t.before.samples_per_s:,.1f} → failed", f"{t.before.verdict} → -"
+            rate, job = f"{t.before.judged:,.1f} → failed", "-"
+            verdict = f"{t.before.verdict} → -"
         else:
-            rate = (f"{t.before.samples_per_s:,.1f} → {t.after.samples_per_s:,.1f} "
-                    f"({t.ratio:.2f}x)")
+            rate = f"{t.before.judged:,.1f} → {t.after.judged:,.1f} ({t.ratio:.2f}x)"
+            job = f"{t.before.samples_per_s:,.1f} → {t.after.samples_per_s:,.1f}"
             verdict = f"{t.before.verdict} → {t.after.verdict}"
-        table.add_row(str(t.number), change, rate, verdict, "kept" if t.kept else "reverted")
+        table.add_row(str(t.number), change, rate, job, verdict,
+                      "kept" if t.kept else "reverted")
     return table
 
 

@@ -16,6 +16,12 @@ within noise, verdict moved on        keep    (the bottleneck it attacked is gon
 within noise, same verdict            revert  stop: the verdict stopped improving
 ====================================  ======  ==========================================
 
+The judged throughput is the training phase's (:attr:`Probe.judged`: samples ÷ the epochs'
+wall time — every epoch's start-up, steps, validation and checkpoints), where every change the
+diagnosis names acts. The job's fixed costs around it (Ray's start, the worker group, teardown)
+vary by seconds between identical runs on a busy machine (12.8 vs 16.9 s of worker-group start
+in two probes here) and would drown a real gain; the user's whole-job rate is kept beside it.
+
 "Moved on" means a different verdict that is not ``inconclusive``. A neutral change is
 reverted so that ``tuned.yaml`` holds only changes that measurably helped. Before each trial
 :func:`stop_reason` checks the trial count, the time budget (a probe is not started when one
@@ -60,12 +66,19 @@ class Probe:
 
     samples_per_s: float
     """Samples ÷ the job's wall seconds: what the user waits for (:func:`user_wait_rate`)."""
+    training_samples_per_s: float | None = None
+    """Samples ÷ the training phase's wall seconds (:func:`training_rate`), when known."""
     verdict: str
     changes: tuple[Change, ...] = ()
     seconds: float = 0.0
     changes_from: str = "diagnosis"  # or "fallback" when the diagnosis had no `changes`
     steady_samples_per_s: float | None = None  # beside the headline, when the summary has it
     run_dir: str = ""
+
+    @property
+    def judged(self) -> float:
+        """The rate trials are judged on: the training phase's, else the job's."""
+        return self.training_samples_per_s or self.samples_per_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,9 +103,9 @@ class Trial:
 
     @property
     def ratio(self) -> float | None:
-        if self.after is None or self.before.samples_per_s <= 0:
+        if self.after is None or self.before.judged <= 0:
             return None
-        return self.after.samples_per_s / self.before.samples_per_s
+        return self.after.judged / self.before.judged
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,12 +142,21 @@ def user_wait_rate(summary: Mapping[str, Any]) -> float:
     return float(summary.get("samples_per_second") or 0.0)
 
 
+def training_rate(summary: Mapping[str, Any]) -> float | None:
+    """Samples per second of the training phase: ``samples`` ÷ the ``breakdown`` rows of the
+    epochs (``epoch N ...``); None for a summary without them."""
+    seconds = sum(float(r["seconds"]) for r in summary.get("breakdown") or ()
+                  if str(r.get("phase", "")).startswith("epoch "))
+    samples = summary.get("samples")
+    return float(samples) / seconds if samples and seconds > 0 else None
+
+
 def judge(before: Probe, after: Probe, *, noise: float = NOISE) -> Judgement:
     """Keep or revert a trial and say whether to go on (the table in the module docstring)."""
-    if before.samples_per_s <= 0:
-        raise ValueError(f"judge: the probe before the trial measured {before.samples_per_s} "
+    if before.judged <= 0:
+        raise ValueError(f"judge: the probe before the trial measured {before.judged} "
                          f"samples/s; a probe must train at least one sample")
-    ratio = after.samples_per_s / before.samples_per_s
+    ratio = after.judged / before.judged
     moved = f"{before.verdict} → {after.verdict}"
     if ratio < 1 - noise:
         return Judgement(keep=False, stop=True,

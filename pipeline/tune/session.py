@@ -38,6 +38,7 @@ from pipeline.tune.decide import (
     next_changes,
     parse_changes,
     stop_reason,
+    training_rate,
     user_wait_rate,
 )
 
@@ -124,6 +125,7 @@ class Tuner:
         advised, origin = parse_changes(diagnosis, current)
         steady = summary.get("steady_samples_per_second")
         return Probe(samples_per_s=user_wait_rate(summary),
+                     training_samples_per_s=training_rate(summary),
                      verdict=str(diagnosis.get("verdict", "unknown")), changes=advised,
                      seconds=self.clock() - started, changes_from=origin,
                      steady_samples_per_s=float(steady) if steady is not None else None,

@@ -14,6 +14,7 @@ from pipeline.tune.decide import (
     next_changes,
     parse_changes,
     stop_reason,
+    training_rate,
     untried,
 )
 
@@ -22,6 +23,28 @@ MORE_ACTORS = Change(key="data.concurrency", value=[1, 4], why="input-bound")
 
 def probe(rate, verdict="input_bound", changes=(MORE_ACTORS,)):
     return Probe(samples_per_s=rate, verdict=verdict, changes=tuple(changes), seconds=60.0)
+
+
+def test_trials_are_judged_on_the_training_phase_not_the_fixed_start_up():
+    # The breakdown of two real probes (tune benchmark, trial 1 vs 2): more actors cut epoch 1's
+    # start-up by 3.5 s while the worker group took 4.1 s longer for no reason of the change.
+    def summary(worker_group, epoch1_startup, epoch1_steady):
+        rows = [("imports and config", 0.01), ("driver set-up", 0.3),
+                ("worker group start", worker_group),
+                ("epoch 1 start-up (first batch)", epoch1_startup),
+                ("epoch 1 steady training", epoch1_steady),
+                ("epoch 1 validation and reporting", 5.8), ("epoch 2 steady training", 0.7),
+                ("epoch 3 steady training", 0.5), ("fit teardown", 0.7)]
+        return {"samples": 4302, "breakdown": [{"phase": p, "seconds": s} for p, s in rows]}
+
+    before, after = summary(12.81, 14.65, 4.43), summary(16.92, 11.11, 3.45)
+    wall = {id(s): sum(r["seconds"] for r in s["breakdown"]) for s in (before, after)}
+    probes = [Probe(samples_per_s=4302 / wall[id(s)], training_samples_per_s=training_rate(s),
+                    verdict="startup_bound") for s in (before, after)]
+    assert probes[1].samples_per_s < probes[0].samples_per_s * 1.03  # the job: within noise
+    j = judge(*probes)
+    assert j.keep and "1.21x" in j.reason  # the epochs: 26.1 s → 21.6 s
+    assert training_rate({"samples": 10, "breakdown": []}) is None
 
 
 def test_a_clear_gain_is_kept_and_tuning_goes_on():
