@@ -123,3 +123,6 @@ def test_submitting_without_the_token_is_refused(head_cluster):
     out = subprocess.run([ray, "job", "list", "--address", address], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
+    # refused for the token (Ray's 403 message), not for any other reason a command can fail
+    said = (out.stdout + out.stderr).lower()
+    assert "invalid authentication token" in said or "token is invalid" in said, said[-3000:]

@@ -19,6 +19,25 @@ def slow_preprocessing(batch):
     return batch
 
 
+NODE_LOG = Path(tempfile.gettempdir()) / "feedline-test-node-log.tsv"
+
+
+def slow_preprocessing_logged(batch):
+    """:func:`slow_preprocessing` that appends ``node id, start, end`` per batch to
+    ``NODE_LOG`` (when it exists), so a test can tell which node held work when."""
+    import time
+
+    import ray
+
+    start = time.time()
+    slow_preprocessing(batch)
+    if NODE_LOG.exists():
+        node = ray.get_runtime_context().get_node_id()
+        with open(NODE_LOG, "a") as fh:  # one short line per write: appends do not interleave
+            fh.write(f"{node}\t{start:.3f}\t{time.time():.3f}\n")
+    return batch
+
+
 def slow_rows(batch):
     """Preprocessing that cannot keep up, whatever the batch: 60 ms per row (parquet sources
     hand the transform whole files, images a batch of samples)."""
