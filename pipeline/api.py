@@ -1,12 +1,16 @@
 """``pipeline.run``: the Python entry point, the same job as ``pipeline run``.
 
 Usable inside an existing Ray driver (after the caller's own ``ray.init``): the caller's Ray is
-used and left running.
+used and left running. A run stopped by Ctrl-C or SIGTERM (``KeyboardInterrupt``) writes
+``summary.json`` with ``status: stopped``, its last checkpoint and the command that resumes it,
+and raises :class:`~pipeline.train.stop.RunStopped`.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +24,7 @@ from pipeline.config import Config, ConfigError, load_config, to_dict
 from pipeline.data import ReaderSpec, plan_source
 from pipeline.data.sources import SourcePlan, skipped_warning
 from pipeline.train.breakdown import JobClock, to_markdown
+from pipeline.train.stop import RunStopped, received
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,9 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     Raises :class:`~pipeline.config.ConfigError` for a bad config or data that cannot train
     (checked before Ray starts),
     :class:`~pipeline.train.PlanError` for a plan that would starve preprocessing,
-    ``BadSampleThresholdError`` when the data is broken, and Ray Train's errors otherwise.
+    ``BadSampleThresholdError`` when the data is broken,
+    :class:`~pipeline.train.stop.RunStopped` when stopped (Ctrl-C, SIGTERM), and Ray Train's
+    errors otherwise.
     """
     from pipeline.train.job import run_job
     from pipeline.train.session import ray_session
@@ -82,25 +89,74 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     clock.mark("entered")
-    with ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
-                     connect_timeout_s=cfg.run.connect_timeout_s) as session:
-        clock.mark("ray_started")
-        console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
-                      f"writing {out.resolve()}")
-        _link_ray_logs(session, out)
-        try:
-            summary = run_job(cfg, out, ray_address=session.address, console=console,
-                              clock=clock, show_progress=show_progress, source=source)
-            clock.mark("outputs_done")
-        except BaseException as exc:
-            failed = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                      "ray_address": session.address}
-            if not (out / "summary.json").exists():
-                (out / "summary.json").write_text(json.dumps(failed, indent=2))
-            raise
+    address, summary = None, None
+    try:
+        with ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
+                         connect_timeout_s=cfg.run.connect_timeout_s) as session:
+            clock.mark("ray_started")
+            address = session.address
+            console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
+                          f"writing {out.resolve()}")
+            _link_ray_logs(session, out)
+            try:
+                summary = run_job(cfg, out, ray_address=session.address, console=console,
+                                  clock=clock, show_progress=show_progress, source=source)
+                clock.mark("outputs_done")
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                failed = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                          "ray_address": session.address}
+                if not (out / "summary.json").exists():
+                    (out / "summary.json").write_text(json.dumps(failed, indent=2))
+                raise
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM; what the run started has stopped by now
+        raise _stopped(config, sets, cfg, out, address, summary) from None
     clock.mark("ray_stopped")
     summary = _with_breakdown(summary, clock, out)
     return RunResult(output=out, summary=summary, config=cfg)
+
+
+def resume_command(config: str | Path | dict | Config, sets: list[str] | tuple[str, ...],
+                   out: Path) -> str | None:
+    """The ``pipeline run`` command that resumes a run: the same config and overrides, into the
+    same run directory. None for a config given as a dict or ``Config`` (no file to name)."""
+    if not isinstance(config, (str, Path)):
+        return None
+    args = ["pipeline", "run", str(config)]
+    for item in sets:
+        key, _, value = item.partition("=")
+        if key.strip() == "run.address":
+            args += ["--address", value]
+        elif key.strip() != "run.output":
+            args += ["--set", item]
+    return shlex.join([*args, "--output", str(out)])
+
+
+def _stopped(config: str | Path | dict | Config, sets: list[str], cfg: Config, out: Path,
+             address: str | None, summary: dict[str, Any] | None) -> RunStopped:
+    """Write ``summary.json`` for a run stopped by a signal (unless it had finished and the stop
+    came while Ray shut down) and return the :class:`RunStopped` to raise."""
+    from pipeline.train.job import last_checkpoint
+
+    signum = received() or signal.SIGINT  # a plain KeyboardInterrupt: Ctrl-C
+    if summary is None:
+        checkpoint = last_checkpoint(out)
+        summary = {
+            "status": "stopped",
+            "signal": signal.Signals(signum).name,
+            "name": cfg.run.name,
+            "epochs": cfg.train.epochs,
+            "epochs_done": checkpoint["epoch"] if checkpoint else 0,
+            # the latest checkpoint Ray Train registered: the rerun resumes from it
+            "checkpoint": checkpoint["path"] if checkpoint else None,
+            "resumes_at": ({"epoch": checkpoint["epoch"] + 1, "after_step": checkpoint["step"]}
+                           if checkpoint else None),
+            "resume": resume_command(config, sets, out),
+            "ray_address": address,
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return RunStopped(signum, out, summary)
 
 
 def _link_ray_logs(session: Any, out: Path) -> None:

@@ -1,8 +1,13 @@
-"""``pipeline run CONFIG [--set KEY=VALUE ...] [--address ADDR] [--output DIR]``."""
+"""``pipeline run CONFIG [--set KEY=VALUE ...] [--address ADDR] [--output DIR]``.
+
+Ctrl-C or SIGTERM stops the run cleanly (:mod:`pipeline.train.stop`): exit 130 or 143 with the
+command that resumes it; a second one stops at once.
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
 
 from rich.console import Console
 from rich.markup import escape
@@ -43,11 +48,35 @@ def breakdown_table(rows: list[dict]) -> Table:
     return table
 
 
+def stopped_lines(summary: dict, signum: int, output: str) -> list[str]:
+    """What the console says about a run a signal stopped: where, and how to resume."""
+    name = signal.Signals(signum).name
+    if summary.get("status") != "stopped":  # it had finished; the stop came while Ray shut down
+        return [f"stopped by {name} after the run finished; results in {output}"]
+    at = summary.get("resumes_at")
+    where = (f"last checkpoint {summary['checkpoint']} (resumes at epoch {at['epoch']}, after "
+             f"step {at['after_step']})" if summary.get("checkpoint")
+             else "no checkpoint yet: rerunning starts from the beginning")
+    lines = [f"stopped by {name} after {summary['epochs_done']} of {summary['epochs']} epochs; "
+             f"{where}"]
+    if summary.get("resume"):
+        lines.append(f"resume with: {summary['resume']}")
+    return lines
+
+
 def main(args: argparse.Namespace) -> int:
+    from pipeline.train.stop import stop_on_signals
+
+    with stop_on_signals():  # up to the last line printed: a second Ctrl-C is always at once
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from pipeline.api import run
     from pipeline.data.reader import BadSampleThresholdError
     from pipeline.train import PlanError
     from pipeline.train.breakdown import JobClock, process_start
+    from pipeline.train.stop import RunStopped, received
 
     console = Console(stderr=True, soft_wrap=True)
     overrides = list(args.overrides)
@@ -59,6 +88,17 @@ def main(args: argparse.Namespace) -> int:
         # timed from process start: imports and Ray's start are part of what the user waits for
         result = run(args.config, sets=overrides, console=console,
                      clock=JobClock(process_start()))
+    except RunStopped as exc:
+        first, *rest = stopped_lines(exc.summary, exc.signum, str(exc.output))
+        console.print(f"[yellow]{escape(first)}[/]", highlight=False)
+        for line in rest:  # the resume command, plain to copy
+            console.print(line, markup=False, highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:  # before the run directory was made: nothing to resume
+        signum = received() or signal.SIGINT
+        console.print(f"[yellow]stopped by {signal.Signals(signum).name} before the run "
+                      f"started[/]", highlight=False)
+        return 128 + signum
     except ConfigError as exc:
         for line in exc.errors:
             console.print(f"[red]config error[/]: {escape(line)}", highlight=False)

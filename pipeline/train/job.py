@@ -1,7 +1,9 @@
 """Assembling and running one Feedline job on the connected Ray cluster (driver side).
 
 plan resources → build datasets → TorchTrainer(fit) while the progress monitor drains the
-reporter → copy the checkpoint, write quarantine and summary. Nothing here runs on workers.
+reporter → copy the checkpoint, write quarantine and summary (with the epochs an earlier, stopped
+run into the same directory finished). Ctrl-C or SIGTERM during ``fit()`` aborts the Train run
+(:class:`~pipeline.train.abortable.AbortableTrainer`). Nothing here runs on workers.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_qu
 from pipeline.data.reader import BadSampleThresholdError, ReaderSpec
 from pipeline.data.sources import SourcePlan, skipped_fields
 from pipeline.train.breakdown import JobClock
+from pipeline.train.checkpoint import META_FILE
+from pipeline.train.delivered import EPOCHS_DIR, discard, merge_earlier, write_delivered
 from pipeline.train.loop import WorkerSpec, train_loop
 from pipeline.train.planner import ResourcePlan, plan_resources
 from pipeline.train.progress import ProgressMonitor
@@ -114,17 +118,6 @@ def write_profile(config: Config, output: Path, monitor: ProgressMonitor, *,
     return summary_fields(merged, diagnosis)
 
 
-def write_delivered(path: Path, monitor: ProgressMonitor) -> None:
-    """Every rank's sample ids per epoch, in training order (``e1_rank0``, ...), and the ids an
-    epoch committed before a restart (``e1_before_restart``): the run's data order, for audits
-    and for comparing runs."""
-    arrays = {f"e{e}_rank{r}": np.asarray(ids, np.int64)
-              for e, ranks in monitor.delivered.items() for r, ids in ranks.items()}
-    arrays |= {f"e{e}_before_restart": np.asarray(ids, np.int64)
-               for e, ids in monitor.resumed_ids.items()}
-    np.savez_compressed(path, **arrays)
-
-
 def _sum_transfer(per_rank: dict[int, dict]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for stats in per_rank.values():
@@ -162,13 +155,15 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
     """The Ray Train ``TorchTrainer`` for this job: workers, placement, failures, data budget."""
     from ray.data import ExecutionOptions, ExecutionResources
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.torch import TorchConfig
+
+    from pipeline.train.abortable import AbortableTrainer
 
     train = config.train
     if train.deterministic and plan.use_gpu:  # cuBLAS needs this for deterministic matmuls
         env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"} | env
     datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
-    return TorchTrainer(
+    return AbortableTrainer(
         train_loop,
         train_loop_config={"spec": spec},
         torch_config=TorchConfig(backend=backend, timeout_s=int(config.collective.timeout_s)),
@@ -188,6 +183,20 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
             resource_limits=ExecutionResources(cpu=plan.data_cpus),
             preserve_order=train.deterministic)),
     )
+
+
+def last_checkpoint(output: Path) -> dict[str, Any] | None:
+    """The checkpoint a rerun into ``output`` resumes from: the latest one Ray Train registered
+    (its snapshot under ``RUN_DIR/ray/train``), with the epoch and step it holds."""
+    snapshot = output / "ray" / "train" / "checkpoint_manager_snapshot.json"
+    if not snapshot.exists():
+        return None
+    latest = json.loads(snapshot.read_text()).get("latest_checkpoint_result")
+    if not latest:
+        return None
+    path = snapshot.parent / latest["checkpoint_dir_name"]
+    meta = json.loads((path / META_FILE).read_text())
+    return {"path": str(path), "epoch": meta["epoch"], "step": meta["step"]}
 
 
 def _exactly_once(accounting: list[dict[str, Any]], epochs: int) -> bool | None:
@@ -235,11 +244,15 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     with ProgressMonitor(reporter, epochs=config.train.epochs,
                          samples_per_epoch=data.num_train, world_size=config.train.num_workers,
                          metrics_path=output / "metrics.jsonl", console=console,
-                         show=show_progress) as monitor:
+                         show=show_progress,
+                         delivered_dir=output / EPOCHS_DIR) as monitor:
         clock.mark("fit_started")
         try:
             with _controller_poll(CONTROLLER_POLL_S):
                 result = trainer.fit()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (pipeline.train.stop)
+            trainer.abort()
+            raise
         except Exception as exc:
             # Ray truncates worker tracebacks; a threshold the readers hit is reported whole.
             reason = ray.get(quarantine.failure.remote(), timeout=30)
@@ -264,14 +277,17 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                          for m in monitor.epoch_metrics)
     wall = clock.marks["fit_done"] - clock.marks["process_start"]  # final value after shutdown
     quarantined = [r["id"] for r in bad]
+    # this run's epochs, and those an earlier run into this directory finished before it stopped
+    delivered, resumed_ids = merge_earlier(output / EPOCHS_DIR, config.train.epochs,
+                                           monitor.delivered, monitor.resumed_ids)
     before_restart = np.empty(0, np.int64)
-    accounting = ([account_epoch(data.train_ids, [*monitor.delivered[e].values(),
-                                                  monitor.resumed_ids.get(e, before_restart)],
+    accounting = ([account_epoch(data.train_ids, [*delivered[e].values(),
+                                                  resumed_ids.get(e, before_restart)],
                                  quarantined=quarantined,
                                  world_size=config.train.num_workers)
-                   | {"epoch": e} for e in sorted(monitor.delivered)]
+                   | {"epoch": e} for e in delivered]
                   if data.train_ids is not None else [])
-    write_delivered(output / "delivered.npz", monitor)
+    write_delivered(output / "delivered.npz", delivered, resumed_ids)
     summary = {
         "status": "succeeded",
         "name": config.run.name,
@@ -318,4 +334,5 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         raise
     finally:
         (output / "summary.json").write_text(json.dumps(summary, indent=2))
+    discard(output / EPOCHS_DIR)  # delivered.npz holds every epoch now
     return summary

@@ -2,7 +2,8 @@
 
 A background thread drains the :class:`~pipeline.train.reporter.RunReporter` while
 ``trainer.fit()`` blocks the main thread. An epoch line is printed once every rank has reported
-that epoch, so the numbers shown are global, not rank 0's guess.
+that epoch, so the numbers shown are global, not rank 0's guess; that epoch's ids are then kept
+in the run directory (:mod:`pipeline.train.delivered`), so a stopped run's rerun accounts for it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pipeline.train.delivered import save_epoch
+
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
@@ -28,11 +31,13 @@ class ProgressMonitor:
     """Runs on the driver; ``with ProgressMonitor(...) as mon: trainer.fit()``."""
 
     def __init__(self, reporter: Any, *, epochs: int, samples_per_epoch: int, world_size: int,
-                 metrics_path: Path, console: Console, show: bool = True):
+                 metrics_path: Path, console: Console, show: bool = True,
+                 delivered_dir: Path | None = None):
         self.reporter = reporter
         self.epochs = epochs
         self.world_size = world_size
         self.metrics_path = metrics_path
+        self.delivered_dir = delivered_dir  # each finished epoch's ids, as it ends
         self.console = console
         self.epoch_records: dict[int, dict[int, dict]] = defaultdict(dict)
         self.epoch_metrics: list[dict] = []
@@ -118,8 +123,13 @@ class ProgressMonitor:
         self.delivered[epoch][rank] = record["ids"]
         if record.get("resumed_ids") is not None:
             self.resumed_ids[epoch] = record["resumed_ids"]
-        if len(self.epoch_records[epoch]) < self.world_size or epoch in self._reported:
-            return  # not every rank yet, or an epoch repeated after a restart: one line each
+        if len(self.epoch_records[epoch]) < self.world_size:
+            return  # not every rank yet
+        if self.delivered_dir is not None:  # again for an epoch repeated after a restart
+            save_epoch(self.delivered_dir, epoch, self.delivered[epoch],
+                       self.resumed_ids.get(epoch))
+        if epoch in self._reported:
+            return  # an epoch repeated after a restart: one line each
         self._reported.add(epoch)
         ranks = self.epoch_records[epoch]
         self.transfer = {r: v["transfer"] for r, v in ranks.items()}  # cumulative per rank

@@ -8,17 +8,24 @@ Before joining ``host:port``, the driver checks that something accepts connectio
 (:func:`wait_for_gcs`, ``run.connect_timeout_s``): Ray's own client retries an address where
 nothing listens forever, deaf to Ctrl-C. ``ray://`` (Ray Client) and ``auto`` are passed to Ray
 unchecked.
+
+Stopped (Ctrl-C, SIGTERM: :mod:`pipeline.train.stop`) while Ray starts, what it started goes too;
+a second Ctrl-C cannot wait for ``ray.shutdown`` and terminates the local Ray's processes
+(:func:`terminate_local_ray`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from pipeline.train.stop import keep_sigterm
 
 logger = logging.getLogger(__name__)
 
@@ -86,17 +93,86 @@ def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool 
         return
     if address:
         wait_for_gcs(address, connect_timeout_s)
-        ray.init(address=address, log_to_driver=log_to_driver)
+        _init(address=address, log_to_driver=log_to_driver)
         mode = "joined"
     else:
         cpus = num_cpus or os.cpu_count() or 1
         # The dashboard serves Ray's state API (Ray Train polls it) and job submission; bind it
         # to loopback so a local run exposes nothing to the network.
         # address="local": never attach to another Ray that `ray start` left on this machine.
-        ray.init(address="local", num_cpus=cpus, include_dashboard=dashboard,
-                 dashboard_host="127.0.0.1", log_to_driver=log_to_driver)
+        _init(address="local", num_cpus=cpus, include_dashboard=dashboard,
+              dashboard_host="127.0.0.1", log_to_driver=log_to_driver)
         mode = "local"
     try:
         yield RaySession(ray.get_runtime_context().gcs_address, mode)
     finally:
         ray.shutdown()
+
+
+def _init(**kwargs) -> None:
+    """``ray.init``, stoppable: stopped (Ctrl-C, SIGTERM) while Ray starts, what it started
+    goes too, and the caller's SIGTERM handler stays in place (:func:`keep_sigterm`)."""
+    import ray
+
+    try:
+        with keep_sigterm():
+            ray.init(**kwargs)
+    except BaseException:
+        ray.shutdown()
+        raise
+
+
+def terminate_local_ray(grace_s: float) -> None:
+    """For a second Ctrl-C, which cannot wait for ``ray.shutdown``: SIGTERM every process of
+    the Ray this process started (none when it joined or was embedded), the workers and agents
+    its raylet started included, and SIGKILL what is left after ``grace_s``."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)  # no public API for this
+    if node is None or not node.is_head():
+        return
+    # the whole tree, taken while it is whole: a raylet's agents outlive it by minutes
+    pids = _descendants(os.getpid())
+    for pid in pids:
+        _kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in alive:
+        _kill(pid, signal.SIGKILL)
+
+
+def _stat(pid: int | str) -> list[str]:
+    """``/proc/PID/stat`` from the state field on (``[state, ppid, ...]``); [] once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return []
+    return text[text.rindex(")") + 2:].split()
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        stat = _stat(name) if name.isdigit() else []
+        if stat:
+            children.setdefault(int(stat[1]), []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    stat = _stat(pid)
+    return bool(stat) and stat[0] != "Z"  # a zombie has exited; only its parent's wait is due
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:  # gone meanwhile
+        pass

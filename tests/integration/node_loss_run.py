@@ -2,8 +2,9 @@
 
 A `ray.cluster_utils.Cluster` with two labelled preprocessing nodes and a training node runs a
 Feedline job; once one preprocessing node has decoded a few batches (``delay_s`` later) it is
-removed with every actor on it, mid-work, and a fresh one joins. Prints one FEEDLINE-RESULT JSON line with the run's summary,
-the events (with the removed node's id) and the per-batch node log of the preprocessing.
+removed with every actor on it, mid-work, and a fresh one joins. Prints one FEEDLINE-RESULT JSON
+line with the run's summary, the events (with the removed node's id) and the per-batch node log
+of the preprocessing.
 """
 
 import json
@@ -20,6 +21,7 @@ sys.path.insert(0, str(ROOT))  # run as a script: the tests package sits beside 
 
 import pipeline  # noqa: E402
 from tests.integration.transforms import NODE_LOG  # noqa: E402
+
 PRE = {"feedline.io/role": "preprocess"}
 TRAIN = {"feedline.io/role": "train"}
 

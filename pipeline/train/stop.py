@@ -1,0 +1,108 @@
+"""Stopping a run cleanly on Ctrl-C or SIGTERM (driver, main thread; installed by the CLI).
+
+The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread wherever it is
+(connecting, planning, inside ``trainer.fit()``) and remembers which signal it was. What it
+unwinds stops what it started on the way out: the Train run (``pipeline.train.job``), the Ray it
+started (``ray_session``); ``pipeline.run`` then writes ``summary.json`` with ``status:
+stopped`` and raises :class:`RunStopped`, and ``pipeline run`` exits 128 + the signal number
+(130, 143). A second signal stops at once: the local Ray this process started is terminated and
+the process exits.
+
+Why ``KeyboardInterrupt`` for both signals: the main thread mostly waits in ``ray.get``, and
+Ray turns only a ``KeyboardInterrupt`` raised by a signal handler into an interrupted get (any
+other exception is printed and dropped). Ray also replaces handlers: ``ray.init`` sets SIGTERM's
+to ``sys.exit(15)`` (:func:`keep_sigterm` puts ours back) and Ray Train's ``fit()`` sets
+SIGINT's to its own abort (:class:`~pipeline.train.abortable.AbortableTrainer` declines).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+#: Seconds a second signal gives the local Ray's processes to go before the process exits.
+FORCE_GRACE_S = 3.0
+
+_received: list[int] = []  # the signals of this run's stop, in order
+
+
+class RunStopped(KeyboardInterrupt):
+    """``pipeline.run`` was stopped by a signal; ``summary`` (also ``summary.json``) says where
+    it stopped and how to resume."""
+
+    def __init__(self, signum: int, output: Path, summary: dict[str, Any]):
+        super().__init__(f"stopped by {signal.Signals(signum).name}; run directory {output}")
+        self.signum = signum
+        self.output = output
+        self.summary = summary
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for a process ended by a signal: 130 (SIGINT), 143 (SIGTERM)."""
+        return 128 + self.signum
+
+
+def received() -> int | None:
+    """The signal that stopped the run, if one did (None for a plain ``KeyboardInterrupt``)."""
+    return _received[0] if _received else None
+
+
+def _say(text: str) -> None:
+    os.write(sys.stderr.fileno(), text.encode())  # no locks: the main thread may hold any
+
+
+def _stopping(signum: int) -> None:
+    _received.append(signum)
+    name = signal.Signals(signum).name
+    again = "Ctrl-C" if signum == signal.SIGINT else name
+    _say(f"\n{name}: stopping the run (Train workers, Ray Data, and a Ray this run started); "
+         f"{again} again stops at once\n")
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    if not _received:
+        _stopping(signum)
+        raise KeyboardInterrupt
+    _say(f"\n{signal.Signals(signum).name} again: stopping now\n")
+    session = sys.modules.get("pipeline.train.session")  # loaded once Ray was started
+    if session is not None:
+        session.terminate_local_ray(FORCE_GRACE_S)
+    os._exit(128 + signum)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM stop the run for the duration of the block (main thread only)."""
+    _received.clear()
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def keep_sigterm() -> Iterator[None]:
+    """Around ``ray.init``, which sets SIGTERM's handler to ``sys.exit(15)`` for the whole
+    process: put the previous handler back, and when it was ours, take that exit (a SIGTERM
+    while Ray started) as the stop it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    except SystemExit as exc:
+        if previous is not _on_signal or exc.code != signal.SIGTERM:
+            raise
+        _stopping(signal.SIGTERM)
+        raise KeyboardInterrupt from exc
+    finally:
+        signal.signal(signal.SIGTERM, previous)

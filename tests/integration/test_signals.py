@@ -1,0 +1,204 @@
+"""Ctrl-C and SIGTERM stop ``pipeline run`` cleanly; rerunning the command it prints resumes the
+run with every epoch accounted exactly once (real processes, real signals).
+
+The runs are real ``python -m pipeline run`` processes, one at a time; all but the joined one
+start their own local Ray, which must be gone when they exit. Epochs stream from Ray Data
+(``data.cache=off``) so that every epoch is mid-training work.
+"""
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+SETS = ("train.epochs=3", "data.cache=off")
+EXIT_BOUND_S = 60  # from the signal to the process's exit: generous for a loaded 2-core machine
+
+
+def start(out: Path, *sets: str, address: str = "", ray_tmpdir: str = "") -> subprocess.Popen:
+    argv = [sys.executable, "-m", "pipeline", "run", str(QUICKSTART), "--output", str(out)]
+    argv += [a for s in (*SETS, *sets) for a in ("--set", s)]
+    argv += ["--address", address] if address else []
+    # a session of its own, as a shell gives a command: Ctrl-C reaches its whole process group
+    with open(out.parent / f"{out.name}.log", "w") as log:
+        return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=os.environ | (
+                                    {"RAY_TMPDIR": ray_tmpdir} if ray_tmpdir else {}))
+
+
+def console(out: Path) -> str:
+    return (out.parent / f"{out.name}.log").read_text()
+
+
+def wait_for(proc: subprocess.Popen, out: Path, ready, what: str, timeout_s: float = 240):
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert proc.poll() is None, f"exited ({proc.returncode}) before {what}:\n{console(out)}"
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s} s:\n{console(out)}"
+        time.sleep(0.2)
+
+
+def epochs_done(out: Path) -> int:
+    path = out / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def send(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    """As a terminal does: Ctrl-C (SIGINT) to the whole foreground process group, SIGTERM
+    (``kill``, a container stop) to the process."""
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+
+
+def stop(proc: subprocess.Popen, sig: signal.Signals) -> float:
+    """Send ``sig``; the seconds from then to the exit."""
+    sent = time.monotonic()
+    send(proc, sig)
+    proc.wait(timeout=EXIT_BOUND_S * 2)
+    return time.monotonic() - sent
+
+
+def run_processes(marker: str) -> list[str]:
+    """Processes whose environment holds ``marker`` (the run's own ``RAY_TMPDIR``): the driver
+    and everything of the Ray it started, whatever their process titles say."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(f"{entry.name} {(entry / 'cmdline').read_bytes()[:100]!r}")
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
+def left_alive(marker: str, within_s: float = 20) -> list[str]:
+    """The run's processes still alive ``within_s`` after it exited (none, when it is clean)."""
+    deadline = time.monotonic() + within_s
+    while (alive := run_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return alive
+
+
+@pytest.fixture
+def ray_tmpdir():
+    """A Ray temp dir of the test's own (``RAY_TMPDIR``): its processes carry it in their
+    environment. Short: Ray's socket paths have a length cap."""
+    path = tempfile.mkdtemp(prefix="/tmp/fsg")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def snapshot(out: Path) -> Path:
+    """Ray Train's record of the run's checkpoints: there once it registered the first."""
+    return out / "ray" / "train" / "checkpoint_manager_snapshot.json"
+
+
+def summary_of(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.timeout(420)
+def test_ctrl_c_stops_cleanly_and_the_printed_command_resumes_exactly_once(tmp_path,
+                                                                          ray_tmpdir):
+    out = tmp_path / "out"
+    proc = start(out, ray_tmpdir=ray_tmpdir)
+    wait_for(proc, out, lambda: epochs_done(out) >= 1 and snapshot(out).exists(),
+             "the first epoch's checkpoint")
+    marker = f"RAY_TMPDIR={ray_tmpdir}"
+    assert len(run_processes(marker)) >= 4, run_processes(marker)  # driver, GCS, raylet, workers
+
+    took = stop(proc, signal.SIGINT)
+    said = console(out)
+    assert proc.returncode == 130, said
+    assert took < EXIT_BOUND_S, took
+    assert left_alive(marker) == []
+    summary = summary_of(out)
+    assert summary["status"] == "stopped" and summary["signal"] == "SIGINT", summary
+    assert summary["epochs_done"] >= 1 and summary["resumes_at"]["epoch"] >= 2, summary
+    assert Path(summary["checkpoint"]).is_dir()
+    command = shlex.join(["pipeline", "run", str(QUICKSTART), *(
+        a for s in SETS for a in ("--set", s)), "--output", str(out)])
+    assert summary["resume"] == command
+    assert "SIGINT: stopping the run" in said and f"resume with: {command}" in said
+    assert f"stopped by SIGINT after {summary['epochs_done']} of 3 epochs" in said
+    assert "Traceback" not in said and "SystemExit" not in said
+
+    program, *argv = shlex.split(summary["resume"])
+    rerun = subprocess.run([sys.executable, "-m", program, *argv], cwd=ROOT, text=True,
+                           capture_output=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    summary = summary_of(out)
+    assert summary["status"] == "succeeded"
+    [resumed] = summary["resumed_from"]
+    assert resumed["epoch"] >= 1  # not from the beginning
+    assert summary["exactly_once"] is True
+    assert [a["epoch"] for a in summary["accounting"]] == [1, 2, 3]
+    for epoch in summary["accounting"]:  # the epochs before the stop included
+        assert (epoch["lost"], epoch["duplicated"]) == (0, 0), epoch
+        assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]
+    with np.load(out / "delivered.npz") as delivered:
+        assert sorted(delivered.files) == [f"e{e}_rank{r}" for e in (1, 2, 3) for r in (0, 1)]
+    assert not (out / "delivered").exists()  # the per-epoch files went into delivered.npz
+    assert [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()] \
+        == [1, 2, 3]
+
+
+@pytest.mark.timeout(300)
+def test_a_second_ctrl_c_stops_at_once_and_takes_the_local_ray_along(tmp_path, ray_tmpdir):
+    out = tmp_path / "out"
+    proc = start(out, ray_tmpdir=ray_tmpdir)
+    wait_for(proc, out, lambda: (out / "ray" / "train").is_dir(), "training")
+    marker = f"RAY_TMPDIR={ray_tmpdir}"
+    assert len(run_processes(marker)) >= 4, run_processes(marker)
+
+    send(proc, signal.SIGINT)
+    # the user sees the first stop under way and presses again (two signals that arrive before
+    # Python runs the handler once are one signal)
+    wait_for(proc, out, lambda: "SIGINT: stopping the run" in console(out), "the first stop")
+    took = stop(proc, signal.SIGINT)
+    assert proc.returncode == 130, console(out)
+    assert took < 10, took  # "at once": the Ray it started gets 3 s to go, no more
+    assert "SIGINT again: stopping now" in console(out)
+    assert left_alive(marker) == []
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_mid_epoch_stops_a_joined_run_and_leaves_the_cluster_up(ray_cluster, tmp_path):
+    import ray
+
+    free = ray.available_resources().get("CPU", 0)
+    out = tmp_path / "out"
+    proc = start(out, "train.checkpoint_every=5", address=ray_cluster)
+    wait_for(proc, out, snapshot(out).exists, "a mid-epoch checkpoint")
+
+    took = stop(proc, signal.SIGTERM)
+    said = console(out)
+    assert proc.returncode == 143, said
+    assert took < EXIT_BOUND_S, took
+    summary = summary_of(out)
+    assert summary["status"] == "stopped" and summary["signal"] == "SIGTERM", summary
+    assert summary["ray_address"] == ray_cluster and f"--address {ray_cluster}" in \
+        summary["resume"]
+    assert Path(summary["checkpoint"]).is_dir() and summary["resumes_at"]["after_step"] >= 0
+    assert "SIGTERM: stopping the run" in said and "stopped by SIGTERM" in said
+    # the cluster it joined is still up, and the run's Train workers and Ray Data actors are
+    # gone: the CPUs they held are free again
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < free and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray.available_resources().get("CPU", 0) >= free, ray.available_resources()
