@@ -22,22 +22,11 @@ import os
 import statistics
 import threading
 import time
-from pathlib import Path
+
+from pipeline.procfs import PROC as _PROC
+from pipeline.procfs import ProcessTree
 
 MIB = float(1 << 20)
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_PROC = Path("/proc")
-
-
-def _stat(pid: int) -> tuple[str, int, float] | None:
-    """(name, parent pid, CPU seconds) of ``pid``, or None if it is gone."""
-    try:
-        raw = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # the name is in parentheses and may itself hold spaces or parentheses
-    name, rest = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
-    return name, int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICK
 
 
 def _pss(pid: int) -> int:
@@ -49,39 +38,6 @@ def _pss(pid: int) -> int:
     except OSError:
         pass  # exited between the listing and the read: it holds no memory any more
     return 0
-
-
-class ProcessTree:
-    """``pid -> (name, CPU seconds)`` for a root process and all its descendants, read fresh.
-
-    A parent never changes while a process lives (orphans are re-parented, and then no longer
-    ours), so each pid's parent is read once: a scan lists ``/proc`` and reads ``stat`` only
-    for new pids and the tree's own, not for every process of a shared machine.
-    """
-
-    def __init__(self, root: int):
-        self.root = root
-        self._parent: dict[int, int] = {}
-
-    def scan(self) -> dict[int, tuple[str, float]]:
-        pids = {int(e) for e in os.listdir(_PROC) if e.isdigit()}
-        for gone in self._parent.keys() - pids:
-            del self._parent[gone]
-        for pid in pids - self._parent.keys():
-            st = _stat(pid)
-            if st is not None:
-                self._parent[pid] = st[1]
-        children: dict[int, list[int]] = {}
-        for pid, ppid in self._parent.items():
-            children.setdefault(ppid, []).append(pid)
-        tree, todo = {}, [self.root]
-        while todo:
-            pid = todo.pop()
-            st = _stat(pid)
-            if st is not None:
-                tree[pid] = (st[0], st[2])
-                todo.extend(children.get(pid, ()))
-        return tree
 
 
 class TreeProbe:
@@ -110,7 +66,7 @@ class TreeProbe:
     def _sample(self, *, memory: bool) -> None:
         with self._lock:
             tree = self._tree.scan()
-            for pid, (name, cpu) in tree.items():
+            for pid, (name, _, _, cpu) in tree.items():
                 # a pid first seen after the start was born during the block: count from zero
                 self._first.setdefault(pid, cpu if self._thread is None else 0.0)
                 self._last[pid] = cpu

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from pipeline.procfs import ProcessTree, alive
 from pipeline.train.stop import keep_sigterm
 
 logger = logging.getLogger(__name__)
@@ -132,43 +133,14 @@ def terminate_local_ray(grace_s: float) -> None:
     if node is None or not node.is_head():
         return
     # the whole tree, taken while it is whole: a raylet's agents outlive it by minutes
-    pids = _descendants(os.getpid())
+    pids = [pid for pid in ProcessTree(os.getpid()).scan() if pid != os.getpid()]
     for pid in pids:
         _kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for pid in alive:
+    for pid in left:
         _kill(pid, signal.SIGKILL)
-
-
-def _stat(pid: int | str) -> list[str]:
-    """``/proc/PID/stat`` from the state field on (``[state, ppid, ...]``); [] once gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            text = fh.read()
-    except OSError:
-        return []
-    return text[text.rindex(")") + 2:].split()
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        stat = _stat(name) if name.isdigit() else []
-        if stat:
-            children.setdefault(int(stat[1]), []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    stat = _stat(pid)
-    return bool(stat) and stat[0] != "Z"  # a zombie has exited; only its parent's wait is due
 
 
 def _kill(pid: int, sig: int) -> None:

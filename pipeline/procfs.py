@@ -1,0 +1,71 @@
+"""A process and its descendants, read from Linux's ``/proc`` (no Ray, no psutil).
+
+Used by the ingest benchmark's resource probe and by the second Ctrl-C, which terminates the
+local Ray this process started (its raylet's workers and agents included).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PROC = Path("/proc")
+
+
+class Stat(NamedTuple):
+    name: str
+    state: str  # "R", "S", ..., "Z" for a zombie (exited, not yet waited for)
+    ppid: int
+    cpu_s: float  # utime + stime
+
+
+def stat(pid: int) -> Stat | None:
+    """``/proc/PID/stat`` of ``pid``, or None if it is gone."""
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # the name is in parentheses and may itself hold spaces or parentheses
+    name, rest = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+    return Stat(name, rest[0], int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICK)
+
+
+class ProcessTree:
+    """``pid -> Stat`` for a root process and all its descendants, read fresh.
+
+    A parent never changes while a process lives (orphans are re-parented, and then no longer
+    ours), so each pid's parent is read once: a scan lists ``/proc`` and reads ``stat`` only
+    for new pids and the tree's own, not for every process of a shared machine.
+    """
+
+    def __init__(self, root: int):
+        self.root = root
+        self._parent: dict[int, int] = {}
+
+    def scan(self) -> dict[int, Stat]:
+        pids = {int(e) for e in os.listdir(PROC) if e.isdigit()} if PROC.is_dir() else set()
+        for gone in self._parent.keys() - pids:
+            del self._parent[gone]
+        for pid in pids - self._parent.keys():
+            st = stat(pid)
+            if st is not None:
+                self._parent[pid] = st.ppid
+        children: dict[int, list[int]] = {}
+        for pid, ppid in self._parent.items():
+            children.setdefault(ppid, []).append(pid)
+        tree, todo = {}, [self.root]
+        while todo:
+            pid = todo.pop()
+            st = stat(pid)
+            if st is not None:
+                tree[pid] = st
+                todo.extend(children.get(pid, ()))
+        return tree
+
+
+def alive(pid: int) -> bool:
+    """Running, not exited (a zombie has exited; only its parent's wait is due)."""
+    st = stat(pid)
+    return st is not None and st.state != "Z"
