@@ -24,36 +24,19 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.procfs import ProcessTree
+
 ROOT = Path(__file__).resolve().parents[1]
 MIB = float(1 << 20)
 RAY_MARKERS = ("ray::", "raylet", "gcs_server", "ray/dashboard", "log_monitor", "monitor.py",
                "runtime_env", "default_worker.py")
 
 
-def descendants(root: int) -> set[int]:
-    """Every process below ``root`` (Ray started by this driver: raylet, GCS, workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
 def ray_processes() -> dict[int, tuple[str, float, float]]:
     """pid → (name, RSS MiB, anonymous RSS MiB) of this driver's Ray processes (not other Rays
     on the machine)."""
     out = {}
-    for pid in descendants(os.getpid()):
+    for pid in ProcessTree(os.getpid()).scan().keys() - {os.getpid()}:
         entry = Path("/proc") / str(pid)
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
@@ -72,6 +55,13 @@ def ray_processes() -> dict[int, tuple[str, float, float]]:
     return out
 
 
+def _maps_jemalloc(pid: int) -> bool:
+    try:
+        return "libjemalloc" in (Path("/proc") / str(pid) / "maps").read_text()
+    except OSError:
+        return False
+
+
 class Sampler(threading.Thread):
     """Samples in the background until ``stop`` is set; errors surface in ``join_and_check``."""
 
@@ -81,6 +71,7 @@ class Sampler(threading.Thread):
         self.stop = threading.Event()
         self.samples: list[dict] = []
         self.error: BaseException | None = None
+        self.jemalloc: list[str] = []
         from pipeline.profile.object_store import object_store_reader
 
         self.store = object_store_reader()
@@ -90,9 +81,13 @@ class Sampler(threading.Thread):
         try:
             while not self.stop.wait(self.interval_s):
                 used, spilled = self.store() if self.store else (0, 0)
+                processes = ray_processes()
                 self.samples.append({"t_min": (time.monotonic() - start) / 60,
-                                     "processes": ray_processes(),
+                                     "processes": processes,
                                      "store_mib": used / MIB, "spilled_mib": spilled / MIB})
+                if len(self.samples) == 6:  # training under way: which processes run jemalloc
+                    self.jemalloc = sorted(f"{name} ({pid})" for pid, (name, *_) in
+                                           processes.items() if _maps_jemalloc(pid))
         except BaseException as exc:  # re-raised on the main thread
             self.error = exc
 
@@ -133,7 +128,7 @@ def calibrate(args: argparse.Namespace) -> int:
     """Epochs that make the soak last about ``--minutes``, from two steady epochs."""
     import pipeline
 
-    probe = pipeline.run(args.config, show_progress=False, **{
+    probe = pipeline.run(args.config, sets=args.sets, show_progress=False, **{
         "train.epochs": 2, "run.output": f"{args.output}/calibrate", "profile.enabled": False})
     epoch_s = sum(json.loads(line)["epoch_seconds"] for line in
                   (probe.output / "metrics.jsonl").read_text().splitlines()
@@ -151,18 +146,22 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="minutes ignored by the fit")
     parser.add_argument("--output", default="runs/soak")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override, e.g. data.cache=off (stream every epoch)")
+    parser.add_argument("--allocator", choices=("system", "jemalloc"), default="system",
+                        help="run.allocator: jemalloc preloads it into the job's workers")
     args = parser.parse_args()
 
     import pipeline
     from pipeline.train.session import ray_session
 
-    with ray_session():
+    with ray_session(allocator=args.allocator):
         epochs = args.epochs or calibrate(args)
         sampler = Sampler(args.interval)
         sampler.start()
         started = time.monotonic()
         try:
-            result = pipeline.run(args.config, show_progress=False, **{
+            result = pipeline.run(args.config, sets=args.sets, show_progress=False, **{
                 "train.epochs": epochs, "run.output": f"{args.output}/run"})
         finally:
             sampler.join_and_check()
@@ -173,12 +172,14 @@ def main() -> None:
     report = {
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
                     "python": platform.python_version()},
-        "config": args.config, "epochs": epochs, "minutes": minutes,
+        "config": args.config, "sets": args.sets, "epochs": epochs, "minutes": minutes,
         "samples_per_second": result.summary["samples_per_second"],
         "exactly_once": result.summary.get("exactly_once"),
         "store_peak_mib": max((s["store_mib"] for s in sampler.samples), default=0.0),
         "spilled_mib": max((s["spilled_mib"] for s in sampler.samples), default=0.0),
         "max_slope_mib_per_min": worst["slope_mib_per_min"] if worst else None,
+        "allocator": args.allocator,
+        "jemalloc_loaded_in": sampler.jemalloc,
         "processes": rows,
         "samples": [{**s, "processes": {str(p): v for p, v in s["processes"].items()}}
                     for s in sampler.samples],
@@ -186,7 +187,8 @@ def main() -> None:
     print(f"soak: {epochs} epochs in {minutes:.1f} min, "
           f"{report['samples_per_second']:.0f} samples/s, exactly once: "
           f"{report['exactly_once']}, object store peak {report['store_peak_mib']:.1f} MiB, "
-          f"spilled {report['spilled_mib']:.1f} MiB\n")
+          f"spilled {report['spilled_mib']:.1f} MiB, allocator {args.allocator} "
+          f"(jemalloc mapped in {len(sampler.jemalloc)} processes)\n")
     print("| process | samples | RSS start MiB | RSS end MiB | RSS slope MiB/min "
           "| anon slope MiB/min |")
     print("|---|---:|---:|---:|---:|---:|")

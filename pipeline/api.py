@@ -9,8 +9,10 @@ and raises :class:`~pipeline.train.stop.RunStopped`.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,13 +44,41 @@ def output_dir(config: Config) -> Path:
     return Path("runs") / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def finished(out: Path) -> None:
-    """Refuse a run directory that holds a finished run. One whose run failed or was stopped is
-    fine: Ray Train finds that run's checkpoints there and the job resumes from the last one."""
-    previous = out / "summary.json"
-    if previous.exists() and json.loads(previous.read_text()).get("status") == "succeeded":
+def previous_run(out: Path) -> str | None:
+    """What a run directory holds, said before this run uses it: refused (``ConfigError``) when
+    it holds a finished run or one still running; a line on what this run resumes when its run
+    failed, was stopped or died without a word (SIGKILL: ``status`` still ``running``, its
+    process gone). Ray Train finds the run's checkpoints there and resumes from the last one."""
+    try:
+        previous = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    status = previous.get("status")
+    if status == "succeeded":
         raise ConfigError([f"run.output ({str(out)!r}) already holds a finished run; choose "
                            f"another run.output"])
+    pid, host = previous.get("pid"), previous.get("host")
+    if status == "running" and host == socket.gethostname() and _alive(pid, previous):
+        raise ConfigError([f"run.output ({str(out)!r}) is in use by a run still going (process "
+                           f"{pid}, started {previous.get('started')}); wait for it, stop it "
+                           f"(kill -INT {pid}) or choose another run.output"])
+    how = {"running": f"ended without a word (process {pid} on {host} is gone: killed?)",
+           "stopped": f"was stopped by {previous.get('signal')}",
+           "failed": f"failed ({previous.get('error')})"}.get(status, f"ended as {status!r}")
+    from pipeline.train.job import last_checkpoint
+
+    checkpoint = last_checkpoint(out)
+    where = (f"resuming from its last checkpoint (epoch {checkpoint['epoch']}, after step "
+             f"{checkpoint['step']})" if checkpoint else "no checkpoint: starting again")
+    return f"{out}: the run there {how}; {where}"
+
+
+def _alive(pid: Any, summary: dict[str, Any]) -> bool:
+    """The process a ``running`` summary names still runs (not another one under its pid)."""
+    from pipeline.procfs import stat
+
+    st = stat(pid) if isinstance(pid, int) else None
+    return st is not None and st.state != "Z" and st.start == summary.get("pid_start")
 
 
 def check_source(config: Config, console: Console) -> tuple[SourcePlan, ReaderSpec]:
@@ -84,15 +114,19 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     cfg = load_config(config, sets)
     console = console or Console(stderr=True, soft_wrap=True)
     out = output_dir(cfg)
-    finished(out)
+    found = previous_run(out)
     source = check_source(cfg, console)  # before Ray: a bad data path fails in seconds
+    if found:
+        console.print(f"[yellow]resume[/]: {escape(found)}", highlight=False)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    _write_running(out, cfg, resume_command(config, sets, out))
     clock.mark("entered")
     address, summary = None, None
     try:
         with ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
-                         connect_timeout_s=cfg.run.connect_timeout_s) as session:
+                         connect_timeout_s=cfg.run.connect_timeout_s,
+                         allocator=cfg.run.allocator) as session:
             clock.mark("ray_started")
             address = session.address
             console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
@@ -105,10 +139,11 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:
-                failed = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                          "ray_address": session.address}
-                if not (out / "summary.json").exists():
-                    (out / "summary.json").write_text(json.dumps(failed, indent=2))
+                running = json.loads((out / "summary.json").read_text())
+                if running.get("status") == "running":  # the job did not say why itself
+                    (out / "summary.json").write_text(json.dumps(running | {
+                        "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                        "ray_address": session.address}, indent=2))
                 raise
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM; what the run started has stopped by now
         raise _stopped(config, sets, cfg, out, address, summary) from None
@@ -157,6 +192,19 @@ def _stopped(config: str | Path | dict | Config, sets: list[str], cfg: Config, o
         }
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return RunStopped(signum, out, summary)
+
+
+def _write_running(out: Path, cfg: Config, resume: str | None) -> None:
+    """``summary.json`` while the run goes: which process holds the directory, so that a rerun
+    refuses a live one and knows a killed one (the status stays ``running``) for what it is."""
+    from pipeline.procfs import stat
+
+    st = stat(os.getpid())
+    (out / "summary.json").write_text(json.dumps({
+        "status": "running", "name": cfg.run.name, "epochs": cfg.train.epochs,
+        "pid": os.getpid(), "pid_start": st.start if st else None,
+        "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "resume": resume}, indent=2))
 
 
 def _link_ray_logs(session: Any, out: Path) -> None:

@@ -1,7 +1,7 @@
 """A process and its descendants, read from Linux's ``/proc`` (no Ray, no psutil).
 
-Used by the ingest benchmark's resource probe and by the second Ctrl-C, which terminates the
-local Ray this process started (its raylet's workers and agents included).
+Used by the ingest and soak benchmarks' resource probes and by the local Ray's watchdog
+(:mod:`pipeline.watchdog`), which stops that Ray's processes when the driver dies.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class Stat(NamedTuple):
     state: str  # "R", "S", ..., "Z" for a zombie (exited, not yet waited for)
     ppid: int
     cpu_s: float  # utime + stime
+    start: int  # clock ticks from boot to the process's start: a reused pid has another
 
 
 def stat(pid: int) -> Stat | None:
@@ -29,19 +30,20 @@ def stat(pid: int) -> Stat | None:
         return None
     # the name is in parentheses and may itself hold spaces or parentheses
     name, rest = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
-    return Stat(name, rest[0], int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICK)
+    return Stat(name, rest[0], int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICK,
+                int(rest[19]))
 
 
 class ProcessTree:
-    """``pid -> Stat`` for a root process and all its descendants, read fresh.
+    """``pid -> Stat`` for root processes and all their descendants, read fresh.
 
     A parent never changes while a process lives (orphans are re-parented, and then no longer
     ours), so each pid's parent is read once: a scan lists ``/proc`` and reads ``stat`` only
     for new pids and the tree's own, not for every process of a shared machine.
     """
 
-    def __init__(self, root: int):
-        self.root = root
+    def __init__(self, *roots: int):
+        self.roots = roots
         self._parent: dict[int, int] = {}
 
     def scan(self) -> dict[int, Stat]:
@@ -55,11 +57,12 @@ class ProcessTree:
         children: dict[int, list[int]] = {}
         for pid, ppid in self._parent.items():
             children.setdefault(ppid, []).append(pid)
-        tree, todo = {}, [self.root]
+        tree: dict[int, Stat] = {}
+        todo = list(self.roots)
         while todo:
             pid = todo.pop()
             st = stat(pid)
-            if st is not None:
+            if st is not None and pid not in tree:
                 tree[pid] = st
                 todo.extend(children.get(pid, ()))
         return tree

@@ -66,11 +66,11 @@ class TreeProbe:
     def _sample(self, *, memory: bool) -> None:
         with self._lock:
             tree = self._tree.scan()
-            for pid, (name, _, _, cpu) in tree.items():
+            for pid, st in tree.items():
                 # a pid first seen after the start was born during the block: count from zero
-                self._first.setdefault(pid, cpu if self._thread is None else 0.0)
-                self._last[pid] = cpu
-                self.ray_in_tree = self.ray_in_tree or name == "raylet"
+                self._first.setdefault(pid, st.cpu_s if self._thread is None else 0.0)
+                self._last[pid] = st.cpu_s
+                self.ray_in_tree = self.ray_in_tree or st.name == "raylet"
         if memory:
             self.peak_pss = max(self.peak_pss, sum(_pss(pid) for pid in tree))
 

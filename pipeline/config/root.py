@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -31,6 +31,10 @@ class RunSection:
                                     "off saves its start-up on every run")
     connect_timeout_s: float = option(30.0, "seconds to wait for the cluster at `address` to "
                                             "accept a connection before the run fails", gt=0)
+    allocator: Literal["system", "jemalloc"] = option(
+        "system", "malloc of the Train workers and Ray Data actors: `jemalloc` preloads "
+                  "libjemalloc.so.2 (Debian: apt-get install libjemalloc2) through the job's "
+                  "runtime env; on a joined cluster every node needs it")
 
 
 def _section(cls: type) -> Any:

@@ -9,23 +9,26 @@ Before joining ``host:port``, the driver checks that something accepts connectio
 nothing listens forever, deaf to Ctrl-C. ``ray://`` (Ray Client) and ``auto`` are passed to Ray
 unchecked.
 
-Stopped (Ctrl-C, SIGTERM: :mod:`pipeline.train.stop`) while Ray starts, what it started goes too;
-a second Ctrl-C cannot wait for ``ray.shutdown`` and terminates the local Ray's processes
-(:func:`terminate_local_ray`).
+Stopped (Ctrl-C, SIGTERM: :mod:`pipeline.train.stop`) while Ray starts, what it started goes too.
+A local Ray has a watchdog (:mod:`pipeline.watchdog`): if the driver dies without shutting it
+down (SIGKILL, a second Ctrl-C), its processes go within seconds.
 """
 
 from __future__ import annotations
 
+import ctypes.util
 import logging
 import os
-import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
-from pipeline.procfs import ProcessTree, alive
+from pipeline.config import ConfigError
 from pipeline.train.stop import keep_sigterm
 
 logger = logging.getLogger(__name__)
@@ -43,6 +46,19 @@ class RaySession:
 
         node = getattr(ray._private.worker, "_global_node", None)  # no public API for this
         return node.get_logs_dir_path() if node is not None else None
+
+
+def allocator_env(allocator: str) -> dict[str, dict[str, str]]:
+    """The job's runtime env for ``run.allocator``: ``jemalloc`` preloads ``libjemalloc.so.2``
+    into every worker process of the job (Train workers, Ray Data actors), by its soname so that
+    each node's loader finds its own copy. A ``ConfigError`` when this machine has none."""
+    if allocator == "system":
+        return {}
+    if ctypes.util.find_library("jemalloc") is None:
+        raise ConfigError([f"run.allocator ({allocator!r}): libjemalloc.so.2 is not installed "
+                           f"on this machine; install it (Debian/Ubuntu: apt-get install "
+                           f"libjemalloc2) or set run.allocator=system"])
+    return {"env_vars": {"LD_PRELOAD": "libjemalloc.so.2"}}
 
 
 #: Seconds to wait for a cluster's GCS to accept a connection (``run.connect_timeout_s``).
@@ -78,23 +94,30 @@ def wait_for_gcs(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
 
 @contextmanager
 def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool = True,
-                log_to_driver: bool = False,
-                connect_timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[RaySession]:
+                log_to_driver: bool = False, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                allocator: str = "system") -> Iterator[RaySession]:
     """Connect for the duration of the block; disconnect (or stop) only what this call started.
 
     Workers' output stays in Ray's log folder (``RaySession.logs``) unless ``log_to_driver``:
-    the console shows Feedline's progress, results, warnings and errors, not Ray's chatter."""
+    the console shows Feedline's progress, results, warnings and errors, not Ray's chatter.
+    ``allocator`` (``run.allocator``) is the job's runtime env: an embedding driver's Ray keeps
+    its own, with a warning."""
     import ray
 
+    runtime_env = allocator_env(allocator)
     address = address or os.environ.get("RAY_ADDRESS", "")
     if address == "local":  # Ray's own word for "start a new local cluster"
         address = ""
     if ray.is_initialized():
+        if runtime_env and ray.get_runtime_context().runtime_env.get("env_vars", {}).get(
+                "LD_PRELOAD") != runtime_env["env_vars"]["LD_PRELOAD"]:
+            logger.warning("run.allocator=%s is not applied to a Ray the caller initialised: "
+                           "pass runtime_env=%r to your ray.init", allocator, runtime_env)
         yield RaySession(ray.get_runtime_context().gcs_address, "embedded")
         return
     if address:
         wait_for_gcs(address, connect_timeout_s)
-        _init(address=address, log_to_driver=log_to_driver)
+        _init(address=address, log_to_driver=log_to_driver, runtime_env=runtime_env)
         mode = "joined"
     else:
         cpus = num_cpus or os.cpu_count() or 1
@@ -102,12 +125,14 @@ def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool 
         # to loopback so a local run exposes nothing to the network.
         # address="local": never attach to another Ray that `ray start` left on this machine.
         _init(address="local", num_cpus=cpus, include_dashboard=dashboard,
-              dashboard_host="127.0.0.1", log_to_driver=log_to_driver)
+              dashboard_host="127.0.0.1", log_to_driver=log_to_driver, runtime_env=runtime_env)
         mode = "local"
+    watchdog = start_watchdog() if mode == "local" else None
     try:
         yield RaySession(ray.get_runtime_context().gcs_address, mode)
     finally:
         ray.shutdown()
+        stop_watchdog(watchdog)
 
 
 def _init(**kwargs) -> None:
@@ -123,28 +148,23 @@ def _init(**kwargs) -> None:
         raise
 
 
-def terminate_local_ray(grace_s: float) -> None:
-    """For a second Ctrl-C, which cannot wait for ``ray.shutdown``: SIGTERM every process of
-    the Ray this process started (none when it joined or was embedded), the workers and agents
-    its raylet started included, and SIGKILL what is left after ``grace_s``."""
+def start_watchdog() -> subprocess.Popen | None:
+    """:mod:`pipeline.watchdog` for the local Ray this process just started: if this process
+    dies without shutting it down, that Ray's processes go within seconds."""
     import ray
 
     node = getattr(ray._private.worker, "_global_node", None)  # no public API for this
-    if node is None or not node.is_head():
-        return
-    # the whole tree, taken while it is whole: a raylet's agents outlive it by minutes
-    pids = [pid for pid in ProcessTree(os.getpid()).scan() if pid != os.getpid()]
-    for pid in pids:
-        _kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in left:
-        _kill(pid, signal.SIGKILL)
+    if node is None:
+        return None
+    roots = [str(proc.pid) for _, proc in node.live_processes()]
+    with open(Path(node.get_logs_dir_path()) / "feedline-watchdog.err", "ab") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pipeline.watchdog", str(os.getpid()), *roots],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+            start_new_session=True)  # a terminal's Ctrl-C is for the driver, not for it
 
 
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:  # gone meanwhile
-        pass
+def stop_watchdog(watchdog: subprocess.Popen | None) -> None:
+    if watchdog is not None:
+        watchdog.terminate()
+        watchdog.wait()

@@ -5,8 +5,8 @@ The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread wher
 unwinds stops what it started on the way out: the Train run (``pipeline.train.job``), the Ray it
 started (``ray_session``); ``pipeline.run`` then writes ``summary.json`` with ``status:
 stopped`` and raises :class:`RunStopped`, and ``pipeline run`` exits 128 + the signal number
-(130, 143). A second signal stops at once: the local Ray this process started is terminated and
-the process exits.
+(130, 143). A second signal stops at once: the process exits, and the watchdog of a local Ray
+it started (:mod:`pipeline.watchdog`) stops that Ray's processes within seconds.
 
 Why ``KeyboardInterrupt`` for both signals: the main thread mostly waits in ``ray.get``, and
 Ray turns only a ``KeyboardInterrupt`` raised by a signal handler into an interrupted get (any
@@ -25,9 +25,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-#: Seconds a second signal gives the local Ray's processes to go before the process exits.
-FORCE_GRACE_S = 3.0
 
 _received: list[int] = []  # the signals of this run's stop, in order
 
@@ -70,10 +67,7 @@ def _on_signal(signum: int, frame: Any) -> None:
         _stopping(signum)
         raise KeyboardInterrupt
     _say(f"\n{signal.Signals(signum).name} again: stopping now\n")
-    session = sys.modules.get("pipeline.train.session")  # loaded once Ray was started
-    if session is not None:
-        session.terminate_local_ray(FORCE_GRACE_S)
-    os._exit(128 + signum)
+    os._exit(128 + signum)  # a local Ray's watchdog (pipeline.watchdog) stops its processes
 
 
 @contextmanager

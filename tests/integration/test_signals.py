@@ -1,5 +1,6 @@
 """Ctrl-C and SIGTERM stop ``pipeline run`` cleanly; rerunning the command it prints resumes the
-run with every epoch accounted exactly once (real processes, real signals).
+run with every epoch accounted exactly once; after a SIGKILL of the driver the local Ray it
+started goes within seconds and the rerun says what it found (real processes, real signals).
 
 The runs are real ``python -m pipeline run`` processes, one at a time; all but the joined one
 start their own local Ray, which must be gone when they exit. Epochs stream from Ray Data
@@ -11,6 +12,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -175,6 +177,35 @@ def test_a_second_ctrl_c_stops_at_once_and_takes_the_local_ray_along(tmp_path, r
     assert took < 10, took  # "at once": the Ray it started gets 3 s to go, no more
     assert "SIGINT again: stopping now" in console(out)
     assert left_alive(marker) == []
+
+
+@pytest.mark.timeout(420)
+def test_sigkill_of_the_driver_takes_its_local_ray_along_and_the_rerun_says_what_it_found(
+        tmp_path, ray_tmpdir):
+    out = tmp_path / "out"
+    proc = start(out, ray_tmpdir=ray_tmpdir)
+    wait_for(proc, out, lambda: epochs_done(out) >= 1 and snapshot(out).exists(),
+             "the first epoch's checkpoint")
+    marker = f"RAY_TMPDIR={ray_tmpdir}"
+    assert len(run_processes(marker)) >= 4, run_processes(marker)
+
+    killed = time.monotonic()
+    proc.kill()  # no handler runs: only the watchdog of the Ray it started is left to act
+    proc.wait()
+    assert left_alive(marker, within_s=30) == []
+    assert time.monotonic() - killed < 15  # "within seconds", on a loaded 2-core machine
+    assert summary_of(out)["status"] == "running"  # what the killed run left: it never knew
+
+    rerun = subprocess.run([sys.executable, "-m", "pipeline", "run", str(QUICKSTART),
+                            *(a for s in SETS for a in ("--set", s)), "--output", str(out)],
+                           cwd=ROOT, text=True, capture_output=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    assert (f"the run there ended without a word (process {proc.pid} on "
+            f"{socket.gethostname()} is gone: killed?); resuming from its last checkpoint "
+            f"(epoch ") in " ".join(rerun.stderr.split()), rerun.stderr[-4000:]
+    summary = summary_of(out)
+    assert summary["status"] == "succeeded" and summary["exactly_once"] is True, summary
+    assert [a["epoch"] for a in summary["accounting"]] == [1, 2, 3]
 
 
 @pytest.mark.timeout(300)
