@@ -121,8 +121,8 @@ def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool 
         mode = "joined"
     else:
         cpus = num_cpus or os.cpu_count() or 1
-        # The dashboard serves Ray's state API (Ray Train polls it) and job submission; bind it
-        # to loopback so a local run exposes nothing to the network.
+        # The dashboard serves Ray's state API and job submission: loopback only. Ray binds its
+        # gRPC servers and metrics exporters to all interfaces whatever we ask (README, Security).
         # address="local": never attach to another Ray that `ray start` left on this machine.
         _init(address="local", num_cpus=cpus, include_dashboard=dashboard,
               dashboard_host="127.0.0.1", log_to_driver=log_to_driver, runtime_env=runtime_env)
