@@ -1,17 +1,19 @@
 """Feedline: keeps GPUs busy in distributed training by moving data well, on Ray.
 
 Importing this package has no side effects: Ray, CUDA and the data are touched only when a
-job runs. ``pipeline.run`` is loaded on first use.
+job runs. ``pipeline.run`` and the task protocol (``pipeline.Task``, subclassed to train your own
+model and loss; ``pipeline.ClassificationTask``, the built-in one) are loaded on first use.
 """
 
+from importlib import import_module
 from typing import Any
 
-__all__ = ["RunResult", "run"]
+_WHERE = {"ClassificationTask": "pipeline.train.task", "RunResult": "pipeline.api",
+          "Task": "pipeline.train.task", "run": "pipeline.api"}
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from pipeline import api
-
-        return getattr(api, name)
+    if name in _WHERE:
+        return getattr(import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

@@ -91,13 +91,25 @@ def check_source(config: Config, console: Console) -> tuple[SourcePlan, ReaderSp
     return plan, spec
 
 
+def check_task(config: Config, task: Any = None) -> Any:
+    """The run's task (``task``, else ``train.task``), imported and checked on the driver; a
+    ``ConfigError`` naming ``train.task`` when it cannot be used."""
+    from pipeline.train.task import resolve_task
+
+    try:
+        return resolve_task(task if task is not None else config.train.task)
+    except (ValueError, TypeError, ImportError, AttributeError) as exc:
+        raise ConfigError([str(exc)]) from exc
+
+
 def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = (),
         console: Console | None = None, show_progress: bool = True,
-        clock: JobClock | None = None, **overrides: Any) -> RunResult:
+        clock: JobClock | None = None, task: Any = None, **overrides: Any) -> RunResult:
     """Run a job. ``sets`` are CLI-style ``KEY=VALUE`` strings (values parsed as YAML);
     ``overrides`` use dotted keys (``**{"train.epochs": 3}``) or ``train__epochs=3``.
     ``clock`` times the run from its start (the CLI's starts at process start); by default
-    the run is timed from this call.
+    the run is timed from this call. ``task`` (a :class:`pipeline.Task`, pickled to every
+    Train worker) replaces ``train.task``.
 
     Raises :class:`~pipeline.config.ConfigError` for a bad config or data that cannot train
     (checked before Ray starts),
@@ -116,6 +128,7 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     out = output_dir(cfg)
     found = previous_run(out)
     source = check_source(cfg, console)  # before Ray: a bad data path fails in seconds
+    task = check_task(cfg, task)  # and a task that cannot be imported
     if found:
         console.print(f"[yellow]resume[/]: {escape(found)}", highlight=False)
     out.mkdir(parents=True, exist_ok=True)
@@ -134,7 +147,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
             _link_ray_logs(session, out)
             try:
                 summary = run_job(cfg, out, ray_address=session.address, console=console,
-                                  clock=clock, show_progress=show_progress, source=source)
+                                  clock=clock, show_progress=show_progress, source=source,
+                                  task=task)
                 clock.mark("outputs_done")
             except KeyboardInterrupt:
                 raise

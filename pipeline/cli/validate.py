@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pipeline.api import check_source
+    from pipeline.api import check_source, check_task
     from pipeline.data import DigitsSource
 
     console = Console(stderr=True, soft_wrap=True)
@@ -29,6 +29,7 @@ def main(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.overrides)
         if not isinstance(config.data.source, DigitsSource):  # the run writes those itself
             check_source(config, console)
+        check_task(config)
     except ConfigError as exc:
         for line in exc.errors:
             console.print(f"[red]error[/]: {escape(line)}", highlight=False)

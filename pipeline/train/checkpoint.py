@@ -1,14 +1,18 @@
-"""Checkpoints that resume mid-epoch: model, optimizer, epoch and the ids already consumed.
+"""Checkpoints that resume mid-epoch: model, optimizer (and its learning-rate schedule), epoch
+and the ids already consumed.
 
 The data position is the set of sample ids the ranks trained on this epoch, not "skip N
 batches": Ray Train re-splits the dataset among the restarted workers, so positions mean
 nothing after a restart, while ids do. Files load with ``torch.load(weights_only=True)``,
-never falling back to unrestricted unpickling. Runs in Train workers.
+never falling back to unrestricted unpickling. Runs in Train workers; :func:`state` and
+:func:`restore` are the Ray-free halves. A checkpoint written before schedules existed (no
+``scheduler`` entry) still loads: its run had a constant learning rate.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
@@ -17,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
 
 STATE_FILE = "model.pt"
 META_FILE = "meta.json"
@@ -32,7 +38,7 @@ class Resume:
 
 
 def load(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
-         start_from: str = "") -> Resume | None:
+         start_from: str = "", scheduler: Any = None) -> Resume | None:
     """Restore from Ray Train's latest checkpoint of this run (after a restart, or a rerun into
     the same run directory), else from ``start_from`` (``train.resume_from``), else None."""
     import ray.train
@@ -43,12 +49,34 @@ def load(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch
     if checkpoint is None:
         return None
     with checkpoint.as_directory() as path:
-        state = torch.load(os.path.join(path, STATE_FILE), map_location=device,
+        saved = torch.load(os.path.join(path, STATE_FILE), map_location=device,
                            weights_only=True)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    return Resume(epoch=int(state["epoch"]), consumed=state["consumed"].cpu().numpy(),
-                  step=int(state.get("step", 0)))
+    return restore(saved, model, optimizer, scheduler)
+
+
+def state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, *,
+          epoch: int, step: int, consumed: np.ndarray) -> dict[str, Any]:
+    """What ``model.pt`` holds (``scheduler`` None: a constant learning rate, nothing to keep)."""
+    out = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
+           "step": step, "consumed": torch.as_tensor(consumed, dtype=torch.int64)}
+    if scheduler is not None:
+        out["scheduler"] = scheduler.state_dict()
+    return out
+
+
+def restore(saved: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            scheduler: Any = None) -> Resume:
+    """Load a :func:`state` into the model, optimizer and scheduler; where to pick up."""
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    if scheduler is not None:
+        if "scheduler" in saved:
+            scheduler.load_state_dict(saved["scheduler"])
+        else:
+            logger.warning("the checkpoint has no learning-rate schedule (written with a constant "
+                           "rate): the schedule starts again from its first step")
+    return Resume(epoch=int(saved["epoch"]), consumed=saved["consumed"].cpu().numpy(),
+                  step=int(saved.get("step", 0)))
 
 
 def all_consumed(ids: np.ndarray) -> np.ndarray:
@@ -61,17 +89,16 @@ def all_consumed(ids: np.ndarray) -> np.ndarray:
 
 
 def save(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, epoch: int, step: int,
-         consumed: np.ndarray, metrics: dict[str, Any], meta: dict[str, Any]) -> None:
+         consumed: np.ndarray, metrics: dict[str, Any], meta: dict[str, Any],
+         scheduler: Any = None) -> None:
     """Report ``metrics`` with a checkpoint written by rank 0 (every rank must call this)."""
     import ray.train
 
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = None
         if not dist.is_initialized() or dist.get_rank() == 0:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "epoch": epoch, "step": step,
-                        "consumed": torch.as_tensor(consumed, dtype=torch.int64)},
-                       os.path.join(tmp, STATE_FILE))
+            torch.save(state(model, optimizer, scheduler, epoch=epoch, step=step,
+                             consumed=consumed), os.path.join(tmp, STATE_FILE))
             with open(os.path.join(tmp, META_FILE), "w") as fh:
                 json.dump(meta | {"epoch": epoch, "step": step, "metrics": metrics}, fh,
                           default=str)

@@ -210,11 +210,18 @@ def _exactly_once(accounting: list[dict[str, Any]], epochs: int) -> bool | None:
 
 def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
             clock: JobClock, show_progress: bool = True,
-            source: tuple[SourcePlan, ReaderSpec] | None = None) -> dict[str, Any]:
+            source: tuple[SourcePlan, ReaderSpec] | None = None,
+            task: Any = None) -> dict[str, Any]:
     """Train ``config`` on the connected cluster; returns the summary (also in summary.json).
     ``clock`` gets the job's milestones; the caller adds Ray's shutdown and the breakdown.
-    ``source`` is the data source the caller planned before starting Ray, if it did."""
+    ``source`` is the data source the caller planned before starting Ray, if it did. ``task``
+    (a :class:`~pipeline.train.task.Task`) replaces ``train.task``; either is resolved here,
+    so a task that cannot be imported fails before any worker starts."""
     import ray
+
+    from pipeline.train.task import resolve_task, task_name
+
+    task = resolve_task(task if task is not None else config.train.task)
 
     resources = ray.cluster_resources()
     plan = plan_resources(
@@ -239,7 +246,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     spec = WorkerSpec(config=config, field=data.field, sample_shape=data.sample_shape,
                       num_classes=len(data.classes), use_gpu=plan.use_gpu,
                       has_val=data.val is not None, reporter=reporter,
-                      num_train=data.num_train, num_val=data.num_val)
+                      num_train=data.num_train, num_val=data.num_val, task=task)
     trainer = _trainer(config, plan, data, spec, network["env"], backend, output)
     with ProgressMonitor(reporter, epochs=config.train.epochs,
                          samples_per_epoch=data.num_train, world_size=config.train.num_workers,
@@ -300,7 +307,10 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         "wall_seconds": wall,
         "cache": final.get("cache"),
         "num_workers": config.train.num_workers,
+        "task": task_name(task),
         "val_accuracy": final.get("val_accuracy"),
+        # the task's validation metrics (val_accuracy, val_samples for classification)
+        "val_metrics": {k: v for k, v in final.items() if k.startswith("val_")},
         "train_loss": final.get("train_loss"),
         "ray_address": ray_address,
         "backend": backend,

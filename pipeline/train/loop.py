@@ -3,8 +3,11 @@
 Each epoch the worker iterates its shard of the training set (Ray Data already decoded it on
 CPU workers) through the transfer stage, trains the DDP-wrapped model with every step split into
 profiled phases, evaluates on its shard of the validation set, and all-reduces the counts so
-every rank reports the same accuracy. Progress, spans and the ids it trained on go to the driver
-through the :class:`~pipeline.train.reporter.RunReporter`. Every epoch ends with a checkpoint;
+every rank reports the same metrics (the passes: :mod:`pipeline.train.epoch`). The run's
+:class:`~pipeline.train.task.Task` supplies the model, the optimizer, the loss and the
+validation counts; the rest is the loop's (:mod:`pipeline.train.step`: precision, accumulation,
+clipping, the schedule). Progress, spans and the ids it trained on go to the driver through the
+:class:`~pipeline.train.reporter.RunReporter`. Every epoch ends with a checkpoint;
 ``train.checkpoint_every`` adds mid-epoch ones that hold the ids consumed so far, so a restarted
 worker group resumes where it stopped (:mod:`pipeline.train.checkpoint`).
 """
@@ -14,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,7 +35,6 @@ from pipeline.collective import (
 )
 from pipeline.collective.straggler import slowest_waits
 from pipeline.config import Config
-from pipeline.data.augment import augment
 from pipeline.data.cache import (
     SampleCache,
     available_memory,
@@ -45,12 +46,12 @@ from pipeline.data.cache import (
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
 from pipeline.train import checkpoint
-from pipeline.train.models import build_model
+from pipeline.train.epoch import all_counts, evaluate, task_metrics, train_epoch
+from pipeline.train.step import Stepper, schedule_steps
+from pipeline.train.task import resolve_task, task_name
 from pipeline.transfer import DeviceFeeder, TransferStats
 
 logger = logging.getLogger(__name__)
-
-PROGRESS_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class WorkerSpec:
     reporter: Any  # RunReporter handle
     num_train: int = 0
     num_val: int = 0
+    task: Any = None  # a Task (resolved on the driver); None: train.task, resolved here
 
 
 def _device(use_gpu: bool) -> torch.device:
@@ -121,105 +123,6 @@ def _agree(caches: dict[str, SampleCache], device: torch.device) -> None:
             caches[name].discard()
 
 
-def _evaluate(model: nn.Module, shard, spec: WorkerSpec, device: torch.device,
-              cache: SampleCache | None = None) -> tuple[int, int]:
-    correct = torch.zeros((), dtype=torch.int64, device=device)  # on device: no sync per batch
-    total = 0
-    model.eval()
-    with torch.no_grad(), _feeder(shard, spec, device, cache=cache) as feeder:
-        for batch in feeder:
-            y = batch["label"]
-            correct += (model(_layout(batch[spec.field])).argmax(dim=1) == y).sum()
-            total += len(y)
-    model.train()
-    return int(correct), total
-
-
-def _train_epoch(feeder: DeviceFeeder, ddp: nn.Module, optimizer, prof: StepProfiler,
-                 gauges: TrainMetrics, spec: WorkerSpec, epoch: int, device: torch.device,
-                 skip: torch.Tensor | None = None,
-                 on_step: Callable[[int, list], None] | None = None,
-                 ) -> tuple[int, int, float, float, np.ndarray]:
-    """One pass over the shard; every step is split into profiled phases.
-
-    ``h2d`` is the copy time the feeder spent on this step's batch, counted only up to the time
-    the step actually waited for it (``data_wait``): copies hidden behind compute cost nothing.
-    ``skip`` holds ids this epoch already trained before a restart; they are dropped from the
-    batches. ``on_step(steps, ids)`` runs after every step (mid-epoch checkpoints).
-    """
-    loss_fn = nn.CrossEntropyLoss()
-    augment_config, seed = spec.config.data.augment, spec.config.data.seed
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    samples = steps = 0
-    loss_sum = torch.zeros((), device=device)  # summed on device: no sync per step
-    last_push = time.perf_counter()
-    copy_s = 0.0
-    moved = 0
-    ids = []  # device tensors; one copy to the host at the end of the epoch, not one per step
-    batches = iter(feeder)
-
-    def fetch() -> dict | None:
-        """The next batch, without the ids a restarted epoch already trained."""
-        for batch in batches:
-            if skip is None:
-                return batch
-            keep = ~torch.isin(batch["id"], skip)
-            if keep.any():
-                return {k: v[keep] for k, v in batch.items()}
-        return None
-
-    # The first batch of an epoch waits for Ray Data to start (actors, first blocks): the
-    # profile's `startup` phase, also reported as first_batch_s.
-    step_start = time.perf_counter()
-    with prof.phase("startup"):
-        batch = fetch()
-    first_batch_s = waited = time.perf_counter() - step_start
-    while batch is not None:
-        stats = feeder.stats
-        if steps:
-            prof.add("h2d", min(stats.copy_s - copy_s, waited), within="data_wait")
-        copy_s = stats.copy_s
-        x, y = _layout(batch[spec.field]), batch["label"]
-        ids.append(batch["id"])
-        with prof.span("forward"):  # augmentation is device work of the step: counted here
-            if augment_config.enabled:
-                x = augment(x, batch["id"], seed=seed, epoch=epoch, config=augment_config)
-            loss = loss_fn(ddp(x), y)
-        with prof.span("backward"):
-            loss.backward()
-        with prof.span("optimizer"):
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        prof.step_done(samples=len(y))
-        now = time.perf_counter()
-        gauges.step(samples=len(y), step_s=now - step_start, wait_s=waited,
-                    h2d_bytes=stats.bytes - moved)
-        step_start, moved = now, stats.bytes
-        samples += len(y)
-        steps += 1
-        loss_sum += loss.detach()
-        if on_step is not None:
-            on_step(steps, ids)
-        if rank == 0 and now - last_push >= PROGRESS_EVERY_S:
-            spec.reporter.push.remote({"type": "progress", "epoch": epoch,
-                                       "samples": samples * world})
-            last_push = now
-        waited = time.perf_counter()
-        with prof.span("data_wait"):
-            batch = fetch()
-        waited = time.perf_counter() - waited
-    seen = torch.cat(ids).cpu().numpy() if ids else np.empty(0, np.int64)
-    return samples, steps, float(loss_sum), first_batch_s, seen
-
-
-def _layout(x: torch.Tensor) -> torch.Tensor:
-    """Image batches in channels-last memory: oneDNN's (and cuDNN's tensor-core) convolutions
-    run faster on it (measured here: the bench CNN's step at 128² took 0.42-0.45 s instead of
-    0.58-0.66 s on one CPU thread), which is what a plain loop gets by permuting NHWC arrays."""
-    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
-
-
 def _all_sum(values: list[float], device: torch.device) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=device)
     if dist.is_initialized():
@@ -245,6 +148,30 @@ def _epoch_profile(prof: StepProfiler, epoch: int, device: torch.device,
     return prof.epoch_summary(epoch=epoch + 1, peer_waits=peer)
 
 
+def _build(spec: WorkerSpec, device: torch.device, world: int, prof: StepProfiler) -> Stepper:
+    """The task's model on the device (DDP-wrapped with several ranks), its optimizer and
+    schedule, and how the loop steps them (``train.precision``, accumulation, clipping)."""
+    cfg = spec.config
+    task = spec.task if spec.task is not None else resolve_task(cfg.train.task)
+    model = task.build_model(input_shape=tuple(spec.sample_shape), num_classes=spec.num_classes,
+                             config=cfg)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{task_name(task)}.build_model returned {type(model).__name__}, not an "
+                        f"nn.Module")
+    model = model.to(device)
+    timing = ((lambda hook, state: timed_hook(hook, state, prof.comm_timer))
+              if prof.enabled else None)
+    ddp = (wrap_ddp(model, cfg.collective, device=device, hook_wrapper=timing)
+           if dist.is_initialized() and world > 1 else model)
+    optimizer = task.configure_optimizer(model, cfg)
+    total = schedule_steps(num_train=spec.num_train, world=world, batch_size=cfg.train.batch_size,
+                           accum=cfg.train.grad_accum_steps, epochs=cfg.train.epochs)
+    return Stepper(task=task, model=model, ddp=ddp, optimizer=optimizer,
+                   scheduler=task.configure_scheduler(optimizer, cfg, total), device=device,
+                   accum=cfg.train.grad_accum_steps, clip=cfg.train.grad_clip_norm,
+                   precision=cfg.train.precision)
+
+
 def train_loop(loop_config: dict[str, Any]) -> None:
     """Entry point given to ``TorchTrainer``; ``loop_config = {"spec": WorkerSpec}``."""
     import ray.train
@@ -259,24 +186,18 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
     device = _device(spec.use_gpu)
 
-    model = build_model(cfg.train.model, input_shape=spec.sample_shape,
-                        num_classes=spec.num_classes).to(device)
-    if len(spec.sample_shape) == 3:  # images: convolutions run channels-last (see _layout)
-        model = model.to(memory_format=torch.channels_last)
     prof = StepProfiler.from_config(cfg.profile, rank=rank, device=device)
     gauges = TrainMetrics(cfg.run.name, rank)
-    timing = ((lambda hook, state: timed_hook(hook, state, prof.comm_timer))
-              if prof.enabled else None)
-    ddp = (wrap_ddp(model, cfg.collective, device=device, hook_wrapper=timing)
-           if dist.is_initialized() and world > 1 else model)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.train.lr, momentum=0.9)
+    stepper = _build(spec, device, world, prof)
+    model, ddp, optimizer, scheduler = (stepper.model, stepper.ddp, stepper.optimizer,
+                                        stepper.scheduler)
     train_shard = ray.train.get_dataset_shard("train")
     val_shard = ray.train.get_dataset_shard("val") if spec.has_val else None
     caches = _caches(spec, ctx, device)
 
-    resume = checkpoint.load(model, optimizer, device, cfg.train.resume_from)
-    meta = {"model": cfg.train.model, "input_shape": list(spec.sample_shape),
-            "num_classes": spec.num_classes}
+    resume = checkpoint.load(model, optimizer, device, cfg.train.resume_from, scheduler)
+    meta = {"task": task_name(stepper.task), "model": cfg.train.model,
+            "input_shape": list(spec.sample_shape), "num_classes": spec.num_classes}
     spec.reporter.push.remote({"type": "start", "rank": rank, "ready_at": time.time(),
                                "resumed": None if resume is None else
                                {"epoch": resume.epoch, "step": resume.step,
@@ -291,12 +212,13 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             # Mid-epoch checkpoints need every rank at the same step; after a resume the ranks'
             # step counts differ (each skips different ids), so that epoch saves at its end only.
             every = cfg.train.checkpoint_every
-            if every and steps % every == 0:
+            if every and (steps // stepper.accum) % every == 0:
                 with prof.phase("checkpoint"):
                     mine = torch.cat(ids).cpu().numpy()
                     checkpoint.save(model, optimizer, epoch=epoch, step=steps,
                                     consumed=checkpoint.all_consumed(mine), meta=meta,
-                                    metrics={"epoch": epoch + 1, "step": steps})
+                                    metrics={"epoch": epoch + 1, "step": steps},
+                                    scheduler=scheduler)
 
         start, started_at = time.perf_counter(), time.time()
         # Uneven inputs after a resume: DDP's join keeps ranks that run out in step with the rest.
@@ -308,19 +230,23 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         streamed = not caches["train"].complete
         with _feeder(train_shard, spec, device, shuffle_seed, caches["train"],
                      record=not resumed) as feeder, uneven:
-            samples, steps, loss_sum, first_batch_s, seen = _train_epoch(
-                feeder, ddp, optimizer, prof, gauges, spec, epoch, device, skip=skip,
+            samples, steps, loss_sum, first_batch_s, seen = train_epoch(
+                feeder, stepper, prof, gauges, spec, epoch, device, skip=skip,
                 on_step=None if resumed else on_step)
+        if stepper.accum > 1:  # a last, partial accumulation group (after the join: collective)
+            with prof.span("optimizer"):
+                stepper.finish_epoch(steps % stepper.accum)
         gauges.flush()
         transfer = transfer.merged(feeder.stats) if transfer else feeder.stats
         wall = time.perf_counter() - start
         with prof.phase("validation"):
-            correct, total = (_evaluate(model, val_shard, spec, device, caches["val"])
-                              if val_shard else (0, 0))
+            counts = {}
+            if val_shard:
+                with _feeder(val_shard, spec, device, cache=caches["val"]) as feeder:
+                    counts = evaluate(stepper, feeder, spec.field)
         with prof.phase("report"):
             _agree(caches, device)
-            g_samples, g_loss, g_steps, g_correct, g_total = _all_sum(
-                [samples, loss_sum, steps, correct, total], device)
+            g_samples, g_loss, g_steps = _all_sum([samples, loss_sum, steps], device)
             metrics = {
                 "epoch": epoch + 1,
                 "samples": int(g_samples),
@@ -330,9 +256,9 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 "first_batch_seconds": first_batch_s,
                 "samples_per_second": g_samples / wall if wall > 0 else 0.0,
             }
-            if g_total:
-                metrics["val_accuracy"] = g_correct / g_total
-                metrics["val_samples"] = int(g_total)
+            if val_shard:
+                metrics |= task_metrics(stepper.task, all_counts(counts, device, world),
+                                        reserved={*metrics, "straggler"})
             profile = _epoch_profile(prof, epoch, device, world)
             # The straggler rule's input: work per step over the run so far, the numbers the
             # verdict reads (pipeline.profile.detectors.straggler); without spans, epoch time.
@@ -355,7 +281,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         # every epoch ends with a checkpoint: a restart resumes at the next epoch
         with prof.phase("checkpoint"):
             checkpoint.save(model, optimizer, epoch=epoch + 1, step=0,
-                            consumed=np.empty(0, np.int64), metrics=metrics, meta=meta)
+                            consumed=np.empty(0, np.int64), metrics=metrics, meta=meta,
+                            scheduler=scheduler)
     if prof.enabled:
         # The last epoch's report and checkpoint (after its summary was sent): the training
         # phase's tail; and the timeline (the last steps and the phases around them).

@@ -142,7 +142,9 @@ class ProgressMonitor:
         self._progress.update(self._task, completed=epoch * self._samples_per_epoch,
                               epoch=min(epoch + 1, self.epochs),
                               rate=f"{merged['samples_per_second']:,.0f} samples/s")
-        acc = f"  val_accuracy {merged['val_accuracy']:.3f}" if "val_accuracy" in merged else ""
+        # the task's validation metrics (val_accuracy for classification), counts left out
+        val = "".join(f"  {k} {v:.3f}" for k, v in merged.items()
+                      if k.startswith("val_") and isinstance(v, float))
         self._progress.console.print(
             f"epoch {epoch}/{self.epochs}  loss {merged['train_loss']:.4f}  "
-            f"{merged['samples_per_second']:,.0f} samples/s  {merged['epoch_seconds']:.1f}s{acc}")
+            f"{merged['samples_per_second']:,.0f} samples/s  {merged['epoch_seconds']:.1f}s{val}")

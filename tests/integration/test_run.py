@@ -116,3 +116,26 @@ def test_cli_exits_3_on_starving_plan_against_a_cluster(ray_cluster, tmp_path):
         capture_output=True, text=True, timeout=100, cwd=ROOT)
     assert out.returncode == 3, out.stderr[-2000:]
     assert "plan starves preprocessing" in out.stderr
+
+
+@pytest.mark.timeout(300)
+def test_quickstart_with_a_task_given_in_python(ray_cluster, tmp_path):
+    from tests.integration.tasks_for_tests import OFFSET, OffsetTask
+
+    result = pipeline.run(QUICKSTART, show_progress=False, task=OffsetTask(), sets=[
+        "train.epochs=2", "train.grad_accum_steps=2", "train.lr_schedule=cosine",
+        f"run.output={tmp_path}"])
+    summary = result.summary
+    assert summary["status"] == "succeeded"
+    assert summary["task"] == "tests.integration.tasks_for_tests.OffsetTask"
+    # the task's loss was the one trained: cross-entropy (finite, >= 0) plus its offset
+    assert OFFSET <= summary["train_loss"] < OFFSET + 10
+    assert summary["exactly_once"] is True
+    metrics = summary["val_metrics"]
+    # both ranks' counts: Ray Train splits the validation set equally, dropping the remainder
+    assert metrics["val_samples"] == summary["data"]["num_val"] // 2 * 2
+    assert 0.0 <= metrics["val_accuracy"] <= 1.0 and metrics["val_label_sum"] > 0
+    state = torch.load(tmp_path / "checkpoint" / "model.pt", weights_only=True)
+    assert state["epoch"] == 2 and "scheduler" in state  # the schedule resumes with the run
+    meta = json.loads((tmp_path / "checkpoint" / "meta.json").read_text())
+    assert meta["task"] == summary["task"]

@@ -72,3 +72,13 @@ def test_a_stopped_or_failed_run_is_said_before_it_resumes(tmp_path):
                                                        "error": "OSError: disk full"}))
     assert "the run there failed (OSError: disk full)" in previous_run(tmp_path)
     assert previous_run(tmp_path / "new") is None
+
+
+def test_a_task_that_cannot_be_imported_is_refused_before_ray_starts(tmp_path):
+    with pytest.raises(ConfigError, match=r"train.task \('no_such_pkg.tasks:Mine'\): cannot "
+                                          r"import 'no_such_pkg.tasks'"):
+        pipeline.run(QUICKSTART, sets=[f"run.output={tmp_path}",
+                                       "train.task=no_such_pkg.tasks:Mine"])
+    import ray
+
+    assert not ray.is_initialized()
