@@ -119,7 +119,7 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     errors otherwise.
     """
     from pipeline.train.job import run_job
-    from pipeline.train.session import ray_session
+    from pipeline.train.session import ray_driver_log, ray_session
 
     clock = clock or JobClock(time.time())
     sets = [*sets, *(f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in overrides.items())]
@@ -137,9 +137,10 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     clock.mark("entered")
     address, summary = None, None
     try:
-        with ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
-                         connect_timeout_s=cfg.run.connect_timeout_s,
-                         allocator=cfg.run.allocator) as session:
+        with ray_driver_log(out / "ray-driver.log"), ray_session(
+                cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
+                connect_timeout_s=cfg.run.connect_timeout_s,
+                allocator=cfg.run.allocator) as session:
             clock.mark("ray_started")
             address = session.address
             console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "

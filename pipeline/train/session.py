@@ -61,6 +61,29 @@ def allocator_env(allocator: str) -> dict[str, dict[str, str]]:
     return {"env_vars": {"LD_PRELOAD": "libjemalloc.so.2"}}
 
 
+@contextmanager
+def ray_driver_log(path: Path) -> Iterator[None]:
+    """Ray's driver-side log lines (``ray`` logger: the token notice, "Started a local Ray
+    instance", Ray Data's and Train's driver messages) go to ``path``; the console keeps only
+    their errors. Restored on the way out, for an embedding caller."""
+    import ray  # noqa: F401  (installs the "ray" logger's console handler)
+
+    ray_logger = logging.getLogger("ray")
+    levels = [(handler, handler.level) for handler in ray_logger.handlers]
+    for handler, _ in levels:
+        handler.setLevel(max(handler.level, logging.ERROR))
+    to_file = logging.FileHandler(path)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    ray_logger.addHandler(to_file)
+    try:
+        yield
+    finally:
+        ray_logger.removeHandler(to_file)
+        to_file.close()
+        for handler, level in levels:
+            handler.setLevel(level)
+
+
 #: Seconds to wait for a cluster's GCS to accept a connection (``run.connect_timeout_s``).
 CONNECT_TIMEOUT_S = 30.0
 

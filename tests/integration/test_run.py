@@ -67,17 +67,33 @@ def write_images(root, per_class, bad_kinds=()):
 
 
 @pytest.mark.timeout(300)
-def test_image_folder_with_bad_files_quarantines_them(ray_cluster, tmp_path):
+def test_image_folder_with_bad_files_quarantines_them_under_a_task_given_in_python(
+        ray_cluster, tmp_path):
+    from tests.integration.tasks_for_tests import OFFSET, OffsetTask
+
     images = write_images(tmp_path / "imgs", 40, bad_kinds=("empty", "garbage", "truncated"))
-    result = pipeline.run(QUICKSTART, show_progress=False, sets=[
+    result = pipeline.run(QUICKSTART, show_progress=False, task=OffsetTask(), sets=[
         "data.source.kind=image_folder", f"data.source.path={images}", "data.channels=3",
-        "data.image_size=[16, 16]", "train.epochs=1", f"run.output={tmp_path / 'out'}"])
+        "data.image_size=[16, 16]", "train.epochs=2", "train.grad_accum_steps=2",
+        "train.lr_schedule=cosine", f"run.output={tmp_path / 'out'}"])
     summary = result.summary
     assert summary["bad_samples"] == 3
     records = [json.loads(x) for x in (result.output / "quarantine.jsonl").read_text().splitlines()]
     assert sorted(Path(r["source"]).name for r in records) == ["bad0.jpg", "bad1.jpg", "bad2.jpg"]
     assert all(r["stage"] == "decode" and r["error_type"] for r in records)
     assert summary["data"]["classes"] == ["0", "1"]
+
+    # the task was the one trained, evaluated and recorded
+    assert summary["task"] == "tests.integration.tasks_for_tests.OffsetTask"
+    assert OFFSET <= summary["train_loss"] < OFFSET + 10  # cross-entropy plus its offset
+    assert summary["exactly_once"] is True  # the quarantined samples accounted as such
+    metrics = summary["val_metrics"]
+    assert 0 < metrics["val_samples"] <= summary["data"]["num_val"]
+    assert 0.0 <= metrics["val_accuracy"] <= 1.0 and metrics["val_label_sum"] > 0
+    state = torch.load(result.output / "checkpoint" / "model.pt", weights_only=True)
+    assert state["epoch"] == 2 and "scheduler" in state  # the schedule resumes with the run
+    meta = json.loads((result.output / "checkpoint" / "meta.json").read_text())
+    assert meta["task"] == summary["task"]
 
 
 @pytest.mark.timeout(300)
@@ -116,26 +132,3 @@ def test_cli_exits_3_on_starving_plan_against_a_cluster(ray_cluster, tmp_path):
         capture_output=True, text=True, timeout=100, cwd=ROOT)
     assert out.returncode == 3, out.stderr[-2000:]
     assert "plan starves preprocessing" in out.stderr
-
-
-@pytest.mark.timeout(300)
-def test_quickstart_with_a_task_given_in_python(ray_cluster, tmp_path):
-    from tests.integration.tasks_for_tests import OFFSET, OffsetTask
-
-    result = pipeline.run(QUICKSTART, show_progress=False, task=OffsetTask(), sets=[
-        "train.epochs=2", "train.grad_accum_steps=2", "train.lr_schedule=cosine",
-        f"run.output={tmp_path}"])
-    summary = result.summary
-    assert summary["status"] == "succeeded"
-    assert summary["task"] == "tests.integration.tasks_for_tests.OffsetTask"
-    # the task's loss was the one trained: cross-entropy (finite, >= 0) plus its offset
-    assert OFFSET <= summary["train_loss"] < OFFSET + 10
-    assert summary["exactly_once"] is True
-    metrics = summary["val_metrics"]
-    # both ranks' counts: Ray Train splits the validation set equally, dropping the remainder
-    assert metrics["val_samples"] == summary["data"]["num_val"] // 2 * 2
-    assert 0.0 <= metrics["val_accuracy"] <= 1.0 and metrics["val_label_sum"] > 0
-    state = torch.load(tmp_path / "checkpoint" / "model.pt", weights_only=True)
-    assert state["epoch"] == 2 and "scheduler" in state  # the schedule resumes with the run
-    meta = json.loads((tmp_path / "checkpoint" / "meta.json").read_text())
-    assert meta["task"] == summary["task"]

@@ -139,6 +139,9 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_resumes_exactly_once(tmp_p
     assert "SIGINT: stopping the run" in said and f"resume with: {command}" in said
     assert f"stopped by SIGINT after {summary['epochs_done']} of 3 epochs" in said
     assert "Traceback" not in said and "SystemExit" not in said
+    # Ray's own driver lines went to the run directory, not to the console
+    assert "Started a local Ray instance" not in said
+    assert "Started a local Ray instance" in (out / "ray-driver.log").read_text()
 
     program, *argv = shlex.split(summary["resume"])
     rerun = subprocess.run([sys.executable, "-m", program, *argv], cwd=ROOT, text=True,
