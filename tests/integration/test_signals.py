@@ -110,6 +110,14 @@ def snapshot(out: Path) -> Path:
     return out / "ray" / "train" / "checkpoint_manager_snapshot.json"
 
 
+def marker_pid(out: Path) -> int | None:
+    """The pid a ``running`` summary names (None while it is being written)."""
+    try:
+        return summary_of(out).get("pid")
+    except ValueError:
+        return None
+
+
 def summary_of(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
@@ -195,20 +203,25 @@ def test_sigkill_of_the_driver_takes_its_local_ray_along_and_the_rerun_says_what
     killed = time.monotonic()
     proc.kill()  # no handler runs: only the watchdog of the Ray it started is left to act
     proc.wait()
+    # without the watchdog Ray's agents outlive the driver by minutes; with it, seconds (a
+    # loaded 2-core machine has taken up to 26 s, typically under 10)
     assert left_alive(marker, within_s=30) == []
-    assert time.monotonic() - killed < 15  # "within seconds", on a loaded 2-core machine
+    assert time.monotonic() - killed < 30
+    said = "".join(p.read_text() for p in Path(ray_tmpdir).rglob("feedline-watchdog.err"))
+    assert f"driver {proc.pid} exited without stopping its Ray; terminated" in said, said
     assert summary_of(out)["status"] == "running"  # what the killed run left: it never knew
 
-    rerun = subprocess.run([sys.executable, "-m", "pipeline", "run", str(QUICKSTART),
-                            *(a for s in SETS for a in ("--set", s)), "--output", str(out)],
-                           cwd=ROOT, text=True, capture_output=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr[-4000:]
-    assert (f"the run there ended without a word (process {proc.pid} on "
-            f"{socket.gethostname()} is gone: killed?); resuming from its last checkpoint "
-            f"(epoch ") in " ".join(rerun.stderr.split()), rerun.stderr[-4000:]
-    summary = summary_of(out)
-    assert summary["status"] == "succeeded" and summary["exactly_once"] is True, summary
-    assert [a["epoch"] for a in summary["accounting"]] == [1, 2, 3]
+    # the rerun says what it found before it starts Ray; resuming itself is the Ctrl-C test's
+    rerun = start(out, ray_tmpdir=ray_tmpdir)
+    found = (f"the run there ended without a word (process {proc.pid} on "
+             f"{socket.gethostname()} is gone: killed?); resuming from its last checkpoint "
+             f"(epoch ")
+    wait_for(rerun, out, lambda: found in " ".join(console(out).split())
+             and marker_pid(out) == rerun.pid, "what it found, and its own marker")
+    assert summary_of(out)["status"] == "running"
+    assert stop(rerun, signal.SIGINT) < EXIT_BOUND_S and rerun.returncode == 130
+    assert summary_of(out)["status"] == "stopped"
+    assert left_alive(marker) == []
 
 
 @pytest.mark.timeout(300)

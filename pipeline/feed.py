@@ -1,0 +1,163 @@
+"""Feedline's data in your own Ray Train loop: :func:`prepare` on the driver, :func:`batches` in
+each Train worker, the drop-in replacement for ``get_dataset_shard(...).iter_torch_batches()``.
+
+    import pipeline
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    feed = pipeline.prepare("examples/quickstart.yaml")      # driver: decoding datasets, checked
+
+    def loop(config):                                        # your train_loop_per_worker
+        for epoch in range(3):
+            with pipeline.batches(config["feed"], "train", epoch=epoch) as batches:
+                for batch in batches:                        # device tensors
+                    x, y, ids = batch["image"], batch["label"], batch["id"]
+                    ...
+            # batches.stats: how long the loop waited for data, what the copies cost
+
+    TorchTrainer(loop, train_loop_config={"feed": feed.spec}, datasets=feed.datasets,
+                 dataset_config=feed.dataset_config,
+                 scaling_config=ScalingConfig(num_workers=2)).fit()
+
+What the batches are: the config's ``data`` section decoded by Feedline's readers on Ray Data
+actors (bad samples quarantined, never silently dropped: :meth:`Feed.quarantined`), shuffled in
+a window per epoch with a seed from (``data.seed``, epoch, rank), grouped in
+``train.batch_size`` rows, shipped as uint8 when ``transfer.ship_uint8`` and normalised on the
+device, prefetched ``transfer.gpu_prefetch`` deep into pinned memory. Every batch carries the
+samples' stable ``id``: send each rank's ids of an epoch to the driver (e.g. with
+``ray.train.report``) and :meth:`Feed.account` says whether the epoch saw every sample exactly
+once. What ``pipeline run`` adds on top (the task, DDP, spans and diagnosis, checkpoints,
+caching) stays yours to choose in your loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from pipeline.config import Config, load_config
+from pipeline.transfer.config import TransferConfig
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    """How a worker batches its shard: plain values, sent to the workers in the loop config."""
+
+    field: str  # "image" or "features"
+    batch_size: int
+    prefetch_batches: int
+    shuffle_buffer: int
+    seed: int
+    transfer: TransferConfig
+    normalize: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] | None  # uint8 fields
+    stall_timeout_s: float
+
+
+@dataclass
+class Feed:
+    """The driver's side: the datasets to hand to ``TorchTrainer`` and what to check after."""
+
+    datasets: dict[str, Any]  # "train" (and "val"): ray.data.Dataset
+    spec: FeedSpec
+    classes: tuple[str, ...]
+    sample_shape: tuple[int, ...]
+    num_train: int
+    num_val: int
+    train_ids: np.ndarray | None
+    quarantine: Any = field(repr=False, default=None)  # QuarantineLog actor
+    deterministic: bool = False
+
+    @property
+    def dataset_config(self) -> Any:
+        """``ray.train.DataConfig`` for the trainer: block order kept when
+        ``train.deterministic`` (the same rows reach the same rank in every run)."""
+        import ray.train
+        from ray.data import ExecutionOptions
+
+        return ray.train.DataConfig(execution_options=ExecutionOptions(
+            preserve_order=self.deterministic))
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        """The samples the readers refused so far: ``{id, source, stage, error_type, message}``."""
+        import ray
+
+        return ray.get(self.quarantine.records.remote(), timeout=60)
+
+    def account(self, delivered: list[np.ndarray]) -> dict[str, Any]:
+        """One epoch's accounting from each rank's ids (the ``id`` column of every batch it
+        trained): ``lost`` and ``duplicated`` must be 0; ``split_remainder`` are the up to
+        world-size − 1 samples Ray's equal split leaves out. None of it when the ids are not
+        known on the driver (parquet with an ``id_column``)."""
+        from pipeline.data.accounting import account_epoch
+
+        if self.train_ids is None:
+            raise ValueError("the training split's ids are not known on the driver (a parquet "
+                             "source with data.source.id_column): compare ids in your loop")
+        return account_epoch(self.train_ids, delivered,
+                             quarantined=[r["id"] for r in self.quarantined()],
+                             world_size=len(delivered))
+
+
+def prepare(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = ()
+            ) -> Feed:
+    """The datasets of ``config``'s ``data`` section (checked first: a bad source fails here
+    with the field and the remedy), for your own ``TorchTrainer``. Uses the connected Ray, or
+    starts a local one as Ray Data does."""
+    import ray
+
+    from pipeline.api import check_source
+    from pipeline.data import build_datasets
+    from pipeline.data.quarantine import QuarantineLog
+
+    cfg = load_config(config, list(sets))
+    source = check_source(cfg, Console(stderr=True, soft_wrap=True))
+    if not ray.is_initialized():
+        ray.init()
+    quarantine = QuarantineLog.remote(cfg.run.name)
+    data = build_datasets(cfg.data, ship_uint8=cfg.transfer.ship_uint8, quarantine=quarantine,
+                          source=source)
+    transfer = cfg.transfer
+    uint8 = data.field == "image" and transfer.ship_uint8
+    spec = FeedSpec(field=data.field, batch_size=cfg.train.batch_size,
+                    prefetch_batches=cfg.data.prefetch_batches,
+                    shuffle_buffer=cfg.data.shuffle_buffer, seed=cfg.data.seed,
+                    transfer=transfer if uint8 else replace(transfer, ship_uint8=False),
+                    normalize={"image": cfg.data.channel_stats()} if uint8 else None,
+                    stall_timeout_s=cfg.data.stall_timeout_s)
+    datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
+    return Feed(datasets=datasets, spec=spec, classes=data.classes,
+                sample_shape=data.sample_shape, num_train=data.num_train, num_val=data.num_val,
+                train_ids=data.train_ids, quarantine=quarantine,
+                deterministic=cfg.train.deterministic)
+
+
+def batches(spec: FeedSpec, split: str = "train", *, epoch: int = 0, device: Any = None) -> Any:
+    """One epoch of this worker's shard of ``split`` as device batches (inside a Ray Train
+    worker): a :class:`~pipeline.transfer.DeviceFeeder`, to use in a ``with`` block (its copy
+    thread stops on the way out) and iterate; ``.stats`` says what the copies cost and how long
+    the loop waited. ``device``: Ray Train's device for this worker by default. The training
+    split is shuffled in a window with a seed from (``data.seed``, ``epoch``, rank)."""
+    import ray.train
+    import ray.train.torch
+
+    from pipeline.data.cache import epoch_batches
+    from pipeline.transfer import DeviceFeeder
+
+    shard = ray.train.get_dataset_shard(split)
+    if shard is None:
+        raise ValueError(f"split ({split!r}): this trainer has no such dataset; pass "
+                         f"datasets=feed.datasets to TorchTrainer")
+    rank = ray.train.get_context().get_world_rank()
+    shuffle = spec.shuffle_buffer if split == "train" else 0
+    seed = int(np.random.SeedSequence([spec.seed, epoch, rank]).generate_state(1)[0])
+    host = epoch_batches(shard, None, batch_size=spec.batch_size,
+                         prefetch_batches=spec.prefetch_batches, shuffle_buffer=shuffle,
+                         shuffle_seed=seed if shuffle else None)
+    return DeviceFeeder.from_config(host, spec.transfer,
+                                    device=device or ray.train.torch.get_device(),
+                                    uint8_normalize=spec.normalize,
+                                    timeout_s=spec.stall_timeout_s)
