@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def bench(tmp_path, script, *args):
     out = tmp_path / "out.json"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args, "--json", str(out)],
-                   check=True, cwd=ROOT, timeout=240, capture_output=True)
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args, "--json",
+                           str(out)], cwd=ROOT, timeout=240, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]  # what failed, not only that it did
     return json.loads(out.read_text())
 
 
