@@ -75,10 +75,9 @@ def previous_run(out: Path) -> str | None:
 
 def _alive(pid: Any, summary: dict[str, Any]) -> bool:
     """The process a ``running`` summary names still runs (not another one under its pid)."""
-    from pipeline.procfs import stat
+    from pipeline.procfs import started
 
-    st = stat(pid) if isinstance(pid, int) else None
-    return st is not None and st.state != "Z" and st.start == summary.get("pid_start")
+    return isinstance(pid, int) and started(pid) == summary.get("pid_start")
 
 
 def check_source(config: Config, console: Console) -> tuple[SourcePlan, ReaderSpec]:
@@ -212,12 +211,11 @@ def _stopped(config: str | Path | dict | Config, sets: list[str], cfg: Config, o
 def _write_running(out: Path, cfg: Config, resume: str | None) -> None:
     """``summary.json`` while the run goes: which process holds the directory, so that a rerun
     refuses a live one and knows a killed one (the status stays ``running``) for what it is."""
-    from pipeline.procfs import stat
+    from pipeline.procfs import started
 
-    st = stat(os.getpid())
     (out / "summary.json").write_text(json.dumps({
         "status": "running", "name": cfg.run.name, "epochs": cfg.train.epochs,
-        "pid": os.getpid(), "pid_start": st.start if st else None,
+        "pid": os.getpid(), "pid_start": started(os.getpid()),
         "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "resume": resume}, indent=2))
 

@@ -68,6 +68,13 @@ class ProcessTree:
         return tree
 
 
+def started(pid: int) -> int | None:
+    """The start time of a running ``pid`` (None once it exited): with the pid, it names one
+    process, never a later one that reuses the pid."""
+    st = stat(pid)
+    return st.start if st is not None and st.state != "Z" else None
+
+
 def alive(pid: int) -> bool:
     """Running, not exited (a zombie has exited; only its parent's wait is due)."""
     st = stat(pid)

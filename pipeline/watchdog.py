@@ -22,25 +22,19 @@ import signal
 import sys
 import time
 
-from pipeline.procfs import ProcessTree, stat
+from pipeline.procfs import ProcessTree, started
 
 POLL_S = 0.5
 GRACE_S = 3.0
 
 
-def _start(pid: int) -> int | None:
-    """Start time of a live ``pid`` (None once it exited)."""
-    st = stat(pid)
-    return st.start if st is not None and st.state != "Z" else None
-
-
 def watch(driver: int, roots: list[int], poll_s: float = POLL_S) -> dict[int, int]:
     """Block while ``driver`` lives; return ``pid -> start`` of every process seen under
     ``roots`` meanwhile."""
-    driver_start = _start(driver)
+    driver_start = started(driver)
     seen: dict[int, int] = {}
     tree = ProcessTree(*roots)
-    while driver_start is not None and _start(driver) == driver_start:
+    while driver_start is not None and started(driver) == driver_start:
         for pid, st in tree.scan().items():
             seen.setdefault(pid, st.start)
         time.sleep(poll_s)
@@ -50,18 +44,18 @@ def watch(driver: int, roots: list[int], poll_s: float = POLL_S) -> dict[int, in
 def terminate(seen: dict[int, int], grace_s: float = GRACE_S) -> list[int]:
     """SIGTERM the processes of ``seen`` still alive and their descendants, SIGKILL what is
     left after ``grace_s``; the pids it signalled."""
-    live = {pid: start for pid, start in seen.items() if _start(pid) == start}
+    live = {pid: start for pid, start in seen.items() if started(pid) == start}
     live |= {pid: st.start for pid, st in ProcessTree(*live).scan().items()
              if st.state != "Z"}
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
         for pid, start in live.items():
-            if _start(pid) == start:
+            if started(pid) == start:
                 try:
                     os.kill(pid, sig)
                 except ProcessLookupError:  # gone meanwhile
                     pass
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(_start(p) == s for p, s in live.items()):
+        while time.monotonic() < deadline and any(started(p) == s for p, s in live.items()):
             time.sleep(0.1)
     return sorted(live)
 
