@@ -32,7 +32,7 @@ caching) stays yours to choose in your loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,7 @@ def prepare(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, 
     from pipeline.api import check_source
     from pipeline.data import build_datasets
     from pipeline.data.quarantine import QuarantineLog
+    from pipeline.train.loop import device_transfer
 
     cfg = load_config(config, list(sets))
     source = check_source(cfg, Console(stderr=True, soft_wrap=True))
@@ -120,13 +121,11 @@ def prepare(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, 
     quarantine = QuarantineLog.remote(cfg.run.name)
     data = build_datasets(cfg.data, ship_uint8=cfg.transfer.ship_uint8, quarantine=quarantine,
                           source=source)
-    transfer = cfg.transfer
-    uint8 = data.field == "image" and transfer.ship_uint8
+    transfer, normalize = device_transfer(cfg, data.field)
     spec = FeedSpec(field=data.field, batch_size=cfg.train.batch_size,
                     prefetch_batches=cfg.data.prefetch_batches,
                     shuffle_buffer=cfg.data.shuffle_buffer, seed=cfg.data.seed,
-                    transfer=transfer if uint8 else replace(transfer, ship_uint8=False),
-                    normalize={"image": cfg.data.channel_stats()} if uint8 else None,
+                    transfer=transfer, normalize=normalize,
                     stall_timeout_s=cfg.data.stall_timeout_s)
     datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
     return Feed(datasets=datasets, spec=spec, classes=data.classes,

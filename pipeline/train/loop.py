@@ -87,12 +87,16 @@ def _feeder(shard, spec: WorkerSpec, device: torch.device, shuffle_seed: int | N
                             prefetch_batches=cfg.data.prefetch_batches,
                             shuffle_buffer=cfg.data.shuffle_buffer if shuffle_seed is not None
                             else 0, shuffle_seed=shuffle_seed, record=record)
-    transfer = cfg.transfer
-    if spec.field != "image":  # feature columns are float already; only images ship as uint8
-        transfer = replace(transfer, ship_uint8=False)
-    uint8 = {"image": cfg.data.channel_stats()} if transfer.ship_uint8 else None
+    transfer, uint8 = device_transfer(cfg, spec.field)
     return DeviceFeeder.from_config(batches, transfer, device=device, uint8_normalize=uint8,
                                     timeout_s=cfg.data.stall_timeout_s)
+
+
+def device_transfer(cfg: Config, field: str) -> tuple[Any, dict | None]:
+    """The transfer settings of a batch field and, for uint8 images, their normalisation on the
+    device: feature columns are float already; only images ship as uint8."""
+    transfer = cfg.transfer if field == "image" else replace(cfg.transfer, ship_uint8=False)
+    return transfer, {"image": cfg.data.channel_stats()} if transfer.ship_uint8 else None
 
 
 def _caches(spec: WorkerSpec, ctx, device: torch.device) -> dict[str, SampleCache]:
