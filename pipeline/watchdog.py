@@ -1,18 +1,20 @@
 """The local Ray's watchdog: when the driver that started it dies without shutting it down
 (SIGKILL, the OOM killer, a second Ctrl-C), that Ray's processes go within seconds.
 
-    python -m pipeline.watchdog DRIVER_PID ROOT_PID [ROOT_PID ...]
+    python -m pipeline.watchdog DRIVER_PID TOKEN
 
 Ray ties its GCS and raylet to the driver, but the agents and workers the raylet starts outlive
-it by minutes, holding memory and ports. :func:`pipeline.train.session.ray_session` starts this
-process for a Ray it starts, in a session of its own (a terminal's Ctrl-C does not reach it),
-with the Ray processes ray.init started as roots, and stops it after ``ray.shutdown``.
+it by minutes, holding memory and ports. :func:`pipeline.train.session.ray_session` sets
+``FEEDLINE_RAY_OWNER=TOKEN`` (:data:`OWNER`) in the driver's environment before it starts Ray,
+so every process of that Ray inherits it; then it starts this process, in a session of its own
+(a terminal's Ctrl-C does not reach it), and stops it after ``ray.shutdown``.
 
-Every ``POLL_S`` it records the processes under the roots with their start times. Once the
-driver is gone it sends SIGTERM to every one of them still alive (same start time: never a
-reused pid) and to those they started since, SIGKILL after ``GRACE_S``, and exits. What it did
-goes to stderr, which the session points at Ray's log folder. No Ray import: it must work while
-Ray is what is failing.
+The watchdog waits for the driver's death (pid and start time: never a reused pid). Then it
+sends SIGTERM to every process whose environment carries the token, SIGKILL after ``GRACE_S``
+to those still there, and exits. The token finds what a process tree cannot: a worker the
+raylet was starting when the driver's death took the raylet along is an orphan, re-parented to
+init. What it did goes to stderr, which the session points at Ray's log folder. No Ray import:
+it must work while Ray is what is failing.
 """
 
 from __future__ import annotations
@@ -22,49 +24,61 @@ import signal
 import sys
 import time
 
-from pipeline.procfs import ProcessTree, started
+from pipeline.procfs import PROC, started
 
+OWNER = "FEEDLINE_RAY_OWNER"
 POLL_S = 0.5
 GRACE_S = 3.0
 
 
-def watch(driver: int, roots: list[int], poll_s: float = POLL_S) -> dict[int, int]:
-    """Block while ``driver`` lives; return ``pid -> start`` of every process seen under
-    ``roots`` meanwhile."""
-    driver_start = started(driver)
-    seen: dict[int, int] = {}
-    tree = ProcessTree(*roots)
-    while driver_start is not None and started(driver) == driver_start:
-        for pid, st in tree.scan().items():
-            seen.setdefault(pid, st.start)
+def carrying(token: str) -> dict[int, int]:
+    """``pid -> start`` of the live processes, other than this one, whose environment holds
+    ``FEEDLINE_RAY_OWNER=token``."""
+    entry = f"{OWNER}={token}".encode()
+    found = {}
+    for path in PROC.iterdir():
+        if not path.name.isdigit() or int(path.name) == os.getpid():
+            continue
+        try:
+            environ = (path / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if entry in environ.split(b"\0") and (start := started(int(path.name))) is not None:
+            found[int(path.name)] = start
+    return found
+
+
+def wait_for_death(driver: int, poll_s: float = POLL_S) -> None:
+    start = started(driver)
+    while start is not None and started(driver) == start:
         time.sleep(poll_s)
-    return seen
 
 
-def terminate(seen: dict[int, int], grace_s: float = GRACE_S) -> list[int]:
-    """SIGTERM the processes of ``seen`` still alive and their descendants, SIGKILL what is
-    left after ``grace_s``; the pids it signalled."""
-    live = {pid: start for pid, start in seen.items() if started(pid) == start}
-    live |= {pid: st.start for pid, st in ProcessTree(*live).scan().items()
-             if st.state != "Z"}
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
-        for pid, start in live.items():
-            if started(pid) == start:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:  # gone meanwhile
-                    pass
+def terminate(token: str, grace_s: float = GRACE_S) -> list[int]:
+    """SIGTERM the processes carrying ``token`` (those that appear meanwhile included), SIGKILL
+    those still there after ``grace_s``; the pids it signalled."""
+    signalled: set[int] = set()
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 1.0)):
+        sent: set[int] = set()
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(started(p) == s for p, s in live.items()):
+        while (live := carrying(token)) and time.monotonic() < deadline:
+            for pid, start in live.items():
+                if pid not in sent and started(pid) == start:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:  # gone meanwhile
+                        pass
+                    sent.add(pid)
             time.sleep(0.1)
-    return sorted(live)
+        signalled |= sent
+    return sorted(signalled)
 
 
 def main(argv: list[str]) -> int:
-    driver, *roots = (int(a) for a in argv)
+    driver, token = int(argv[0]), argv[1]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the driver's death or SIGTERM ends it
-    seen = watch(driver, roots)
-    killed = terminate(seen)
+    wait_for_death(driver)
+    killed = terminate(token)
     print(f"feedline watchdog: driver {driver} exited without stopping its Ray; "
           f"terminated {len(killed)} processes: {killed}", file=sys.stderr, flush=True)
     return 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes.util
 import logging
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from pipeline.config import ConfigError
 from pipeline.train.stop import keep_sigterm
+from pipeline.watchdog import OWNER
 
 logger = logging.getLogger(__name__)
 
@@ -144,13 +146,24 @@ def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool 
         mode = "joined"
     else:
         cpus = num_cpus or os.cpu_count() or 1
-        # The dashboard serves Ray's state API and job submission: loopback only. Ray binds its
-        # gRPC servers and metrics exporters to all interfaces whatever we ask (README, Security).
-        # address="local": never attach to another Ray that `ray start` left on this machine.
-        _init(address="local", num_cpus=cpus, include_dashboard=dashboard,
-              dashboard_host="127.0.0.1", log_to_driver=log_to_driver, runtime_env=runtime_env)
+        # Every process of this Ray inherits the token: the watchdog's way to find them all.
+        token = secrets.token_hex(8)
+        outer = os.environ.get(OWNER)
+        os.environ[OWNER] = token
+        try:
+            # The dashboard serves Ray's state API and job submission: loopback only. Ray binds
+            # its gRPC servers and metrics exporters to all interfaces whatever we ask (README,
+            # Security). address="local": never attach to a Ray `ray start` left here.
+            _init(address="local", num_cpus=cpus, include_dashboard=dashboard,
+                  dashboard_host="127.0.0.1", log_to_driver=log_to_driver,
+                  runtime_env=runtime_env)
+        finally:
+            if outer is None:
+                os.environ.pop(OWNER)
+            else:
+                os.environ[OWNER] = outer
         mode = "local"
-    watchdog = start_watchdog() if mode == "local" else None
+    watchdog = start_watchdog(token) if mode == "local" else None
     try:
         yield RaySession(ray.get_runtime_context().gcs_address, mode)
     finally:
@@ -171,18 +184,18 @@ def _init(**kwargs) -> None:
         raise
 
 
-def start_watchdog() -> subprocess.Popen | None:
-    """:mod:`pipeline.watchdog` for the local Ray this process just started: if this process
-    dies without shutting it down, that Ray's processes go within seconds."""
+def start_watchdog(token: str) -> subprocess.Popen | None:
+    """:mod:`pipeline.watchdog` for the local Ray this process just started with ``token`` in
+    its environment: if this process dies without shutting that Ray down, its processes go
+    within seconds."""
     import ray
 
     node = getattr(ray._private.worker, "_global_node", None)  # no public API for this
     if node is None:
         return None
-    roots = [str(proc.pid) for _, proc in node.live_processes()]
     with open(Path(node.get_logs_dir_path()) / "feedline-watchdog.err", "ab") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "pipeline.watchdog", str(os.getpid()), *roots],
+            [sys.executable, "-m", "pipeline.watchdog", str(os.getpid()), token],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
             start_new_session=True)  # a terminal's Ctrl-C is for the driver, not for it
 

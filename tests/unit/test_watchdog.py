@@ -1,5 +1,6 @@
 """The local Ray's watchdog (real processes, real SIGKILL): when the driver dies, the processes
-under the roots it was given go, those that ignore SIGTERM included, and nothing else does."""
+that carry its Ray's token go, those that ignore SIGTERM and orphans included, and nothing
+else does."""
 
 import os
 import signal
@@ -10,17 +11,22 @@ import time
 import pytest
 
 from pipeline.procfs import alive, stat
-from pipeline.watchdog import terminate
+from pipeline.watchdog import OWNER
 
 # a "driver" that starts a "raylet", which starts an "agent" that ignores SIGTERM (as agents
-# busy in C++ do) and would outlive both; it prints the raylet's and the agent's pids
+# busy in C++ do) and a "worker" whose parent exits at once (as a worker the raylet was starting
+# when it died: an orphan, re-parented to init); it prints the three pids
 DRIVER = """
 import subprocess, sys, time
 agent = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+worker = "import time; time.sleep(600)"
+starter = f"import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', {worker!r}]).pid)"
 raylet = subprocess.Popen([sys.executable, "-c", f'''
 import subprocess, sys, time
 a = subprocess.Popen([sys.executable, "-c", {agent!r}])
-print(a.pid, flush=True)
+starter = subprocess.Popen([sys.executable, "-c", {starter!r}], stdout=subprocess.PIPE, text=True)
+print(a.pid, starter.stdout.readline().strip(), flush=True)
+starter.wait()
 time.sleep(600)'''], stdout=subprocess.PIPE, text=True)
 print(raylet.pid, raylet.stdout.readline().strip(), flush=True)
 time.sleep(600)
@@ -36,38 +42,32 @@ def wait_gone(pids, within_s):
 
 @pytest.mark.timeout(60)
 def test_the_driver_killed_its_processes_go_within_seconds():
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True)
-    raylet, agent = (int(p) for p in driver.stdout.readline().split())
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    token = "test-token-1"
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
+                              env=os.environ | {OWNER: token})
+    ours = [int(p) for p in driver.stdout.readline().split()]
+    bystanders = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                   env=os.environ | extra)
+                  for extra in ({}, {OWNER: "another-run"})]
     watchdog = subprocess.Popen([sys.executable, "-m", "pipeline.watchdog", str(driver.pid),
-                                 str(raylet)], stderr=subprocess.PIPE, text=True,
+                                 token], stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
     try:
-        time.sleep(1.5)  # a few polls: the watchdog has seen the tree
-        assert watchdog.poll() is None and alive(agent)
+        time.sleep(1.5)
+        assert watchdog.poll() is None and all(alive(p) for p in ours)
+        assert stat(ours[2]).ppid not in (driver.pid, ours[0])  # an orphan: no tree finds it
         driver.kill()
         driver.wait()
-        assert wait_gone([raylet, agent], within_s=10) == []
+        assert wait_gone(ours, within_s=10) == []
         assert watchdog.wait(timeout=10) == 0
         said = watchdog.stderr.read()
-        assert f"driver {driver.pid} exited without stopping its Ray; terminated 2 processes" \
+        assert f"driver {driver.pid} exited without stopping its Ray; terminated 3 processes" \
             in said, said
-        assert alive(bystander.pid)  # not under the roots: not the watchdog's business
+        assert all(b.poll() is None for b in bystanders)  # no token, or another run's
     finally:
-        for pid in (raylet, agent):
+        for pid in ours:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        bystander.kill()
+        for b in bystanders:
+            b.kill()
         watchdog.kill()
-
-
-@pytest.mark.timeout(30)
-def test_a_reused_pid_is_left_alone():
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    try:
-        time.sleep(0.2)
-        # recorded with another start time: the process seen then is gone, this one is new
-        assert terminate({other.pid: stat(other.pid).start - 1}, grace_s=0.5) == []
-        assert other.poll() is None
-    finally:
-        other.kill()
