@@ -9,6 +9,7 @@ attributes of down or virtual devices (``speed`` of a down NIC, unused GID types
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,9 @@ def read_rdma(root: Path) -> list[dict[str, Any]]:
         ports_dir = dev / "ports"
         ports = [_read_port(dev, p) for p in _children(ports_dir) if p.name.isdigit()]
         ports.sort(key=lambda p: p["port"])
+        target = _link_name(dev / "device")
         devices.append({"name": dev.name, "numa_node": numa_of(dev / "device/numa_node"),
-                        "ports": ports})
+                        "pci_bus_id": target, "ports": ports})
     return devices
 
 
@@ -82,6 +84,8 @@ def _read_port(dev: Path, port: Path) -> dict[str, Any]:
     return {
         "port": int(port.name),
         "state": state,
+        # phys_state reads "5: LinkUp", "3: Disabled", "2: Polling" (no cable or no switch).
+        "phys_state": (read_text(port / "phys_state") or "unknown").split(":", 1)[-1].strip(),
         "rate_gbps": rate,
         "link_layer": read_text(port / "link_layer") or "unknown",
         "roce_v2_gid_index": gid_index,
@@ -152,6 +156,7 @@ def read_interfaces(root: Path) -> list[dict[str, Any]] | None:
     if not base.is_dir():
         return None
     routes = _read_routes(root)
+    vlans = _read_vlans(root)
     out = []
     for ifc in _children(base):
         operstate = read_text(ifc / "operstate") or "unknown"
@@ -160,31 +165,86 @@ def read_interfaces(root: Path) -> list[dict[str, Any]] | None:
         # loopback and some tunnels report operstate "unknown" while up: trust IFF_UP then.
         up = operstate == "up" or (operstate == "unknown" and bool(flags & _IFF_UP))
         speed = read_int(ifc / "speed")
+        kind = "loopback" if loopback else _kind(base, ifc, vlans)
+        metric = routes.get(ifc.name) if routes else None
         out.append({
             "name": ifc.name,
             "up": up,
             "speed_mbps": speed if speed and speed > 0 else None,
-            # A physical (or hypervisor-provided) NIC has a backing device; bridges, veths,
-            # docker0 and ifb do not. This is what makes a hard excludes-list unnecessary.
-            "virtual": loopback or not (ifc / "device").exists(),
+            "kind": kind,
+            # Bridges, veths, docker0, ifb and lo carry no traffic of their own between nodes;
+            # a bond, team or VLAN does, through the physical ports below it.
+            "virtual": kind not in ("physical", "bond", "team", "vlan"),
             "loopback": loopback,
             "numa_node": numa_of(ifc / "device/numa_node"),
             "has_route": None if routes is None else ifc.name in routes,
-            "default_route": bool(routes and routes.get(ifc.name)),
+            "default_route": metric is not None,
+            "default_metric": metric,
+            "master": _link_name(ifc / "master"),
         })
     return out
 
 
-def _read_routes(root: Path) -> dict[str, bool] | None:
-    """Interface → has a default route, from the IPv4 route table."""
+def _kind(base: Path, ifc: Path, vlans: dict[str, str]) -> str:
+    """``physical``, ``bond``, ``team``, ``vlan``, ``bridge`` or ``virtual`` (veth, tun, …).
+
+    A physical (or hypervisor-provided) NIC has a ``device`` link. A bond has a ``bonding/``
+    directory, a bridge a ``bridge/`` one; a VLAN is listed in ``/proc/net/vlan/config`` or is
+    named ``<lower>.<id>`` with a ``lower_<lower>`` link; a team (or any other aggregate) has
+    ``lower_*`` links to physical interfaces and is none of the above.
+    """
+    if (ifc / "device").exists():
+        return "physical"
+    if (ifc / "bonding").is_dir():
+        return "bond"
+    if (ifc / "bridge").is_dir():
+        return "bridge"
+    lowers = [p.name[len("lower_"):] for p in _children(ifc) if p.name.startswith("lower_")]
+    name, _, vid = ifc.name.rpartition(".")
+    if ifc.name in vlans or (vid.isdigit() and name in lowers):
+        return "vlan"
+    if lowers and all((base / lower / "device").exists() or (base / lower / "bonding").is_dir()
+                      for lower in lowers):
+        return "team"
+    return "virtual"
+
+
+def _link_name(path: Path) -> str | None:
+    try:
+        return Path(os.readlink(path)).name
+    except OSError:
+        return None
+
+
+def _read_vlans(root: Path) -> dict[str, str]:
+    """VLAN device → lower device, from ``/proc/net/vlan/config`` (``eth0.100 | 100 | eth0``)."""
+    text = read_text(root / "proc/net/vlan/config") or ""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) == 3 and cells[1].isdigit():
+            out[cells[0]] = cells[2]
+    return out
+
+
+def _read_routes(root: Path) -> dict[str, int | None] | None:
+    """Interface → metric of its best default route (None: routed, but no default route)."""
     text = read_text(root / "proc/net/route")
     if text is None:
         return None
-    routes: dict[str, bool] = {}
+    routes: dict[str, int | None] = {}
     for line in text.splitlines()[1:]:
         cells = line.split()
-        if len(cells) >= 2:
-            routes[cells[0]] = routes.get(cells[0], False) or cells[1] == "00000000"
+        if len(cells) < 7:
+            continue
+        routes.setdefault(cells[0], None)
+        if cells[1] == "00000000" and cells[7:8] in (["00000000"], []):
+            try:
+                metric = int(cells[6])
+            except ValueError:
+                continue
+            best = routes[cells[0]]
+            routes[cells[0]] = metric if best is None else min(best, metric)
     return routes
 
 

@@ -1,4 +1,6 @@
-"""What one node offers for collectives: GPUs, RDMA ports, GPUDirect, NICs, PCIe ACS.
+"""What one node offers for collectives: GPUs (with their distance to every RDMA device and
+their local CPUs), RDMA ports, GPUDirect, NICs (physical, bonds, teams, VLANs; bridges and
+veths marked virtual; default routes with their metrics), PCIe ACS.
 
 Detection runs once per node (in a Train worker or a ``pipeline doctor`` task) and returns a
 frozen :class:`Topology`; everything downstream (advice, link classification, the doctor
@@ -16,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,11 @@ class Gpu:
     name: str
     pci_bus_id: str
     numa_node: int | None
+    uuid: str | None = None
+    cpu_affinity: str | None = None
+    """CPUs local to the GPU (``0-55,112-167``): ``topo -m``'s column or ``local_cpulist``."""
+    nic_distance: dict[str, str] = field(default_factory=dict)
+    """RDMA device name → ``PIX``, ``PXB``, ``PHB``, ``NODE`` or ``SYS`` (every device known)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +51,8 @@ class RdmaPort:
     port: int
     state: str
     """``ACTIVE``, ``DOWN``, ... or ``unknown``."""
+    phys_state: str
+    """``LinkUp``, ``Disabled``, ``Polling`` (no peer), ... or ``unknown``."""
     rate_gbps: float | None
     link_layer: str
     """``InfiniBand``, ``Ethernet`` (RoCE) or ``unknown``."""
@@ -66,7 +75,12 @@ class RdmaDevice:
 
     name: str
     numa_node: int | None
+    pci_bus_id: str | None
     ports: tuple[RdmaPort, ...]
+
+    @property
+    def active_ports(self) -> list[RdmaPort]:
+        return [p for p in self.ports if p.active]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,13 +90,20 @@ class NetInterface:
     name: str
     up: bool
     speed_mbps: int | None
+    kind: str
+    """``physical``, ``bond``, ``team``, ``vlan``, ``bridge``, ``virtual`` or ``loopback``."""
     virtual: bool
-    """No backing device (bridge, veth, docker0, ifb, lo): never a NIC for inter-node traffic."""
+    """A bridge, veth, docker0, ifb or lo: never a NIC for inter-node traffic. Bonds, teams and
+    VLANs are not virtual in this sense: they carry the node's traffic over physical ports."""
     loopback: bool
     numa_node: int | None
     has_route: bool | None
     """An IPv4 route uses it (``/proc/net/route``); None when the route table is unreadable."""
     default_route: bool
+    default_metric: int | None
+    """Metric of its default route; the lowest metric is the route the kernel uses."""
+    master: str | None
+    """The bond, team or bridge this interface is a port of (its ``master`` link)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +114,8 @@ class Topology:
     gpus: tuple[Gpu, ...]
     gpu_source: str
     """``nvml``, ``nvidia-smi``, ``sysfs`` or ``none``."""
+    nic_distance_source: str
+    """Where ``Gpu.nic_distance`` came from: ``nvidia-smi``, ``sysfs`` (PCI tree) or ``none``."""
     gpu_matrix: tuple[tuple[str, ...], ...]
     """GPU×GPU cells as ``nvidia-smi topo -m`` names them (``X``, ``NV18``, ``PIX``, ``SYS``).
 
@@ -151,20 +174,22 @@ def detect_topology(root: str | Path = "/") -> Topology:
     root = Path(root)
     live = root == Path("/")
     notes: list[str] = []
-    gpus, source, matrix = _gpus.detect(root, live, notes)
+    rdma = _sysfs.read_rdma(root)
+    found = _gpus.detect(root, live, notes, [d["name"] for d in rdma])
     interfaces = _sysfs.read_interfaces(root)
     if interfaces is None:
         notes.append(f"network interfaces unknown: {root / 'sys/class/net'} is not readable")
     acs, bridges = _sysfs.read_acs(root)
     topology = Topology(
         hostname=_hostname(root, live),
-        gpus=tuple(Gpu(**g) for g in gpus),
-        gpu_source=source,
-        gpu_matrix=matrix,
+        gpus=tuple(Gpu(**g) for g in found.gpus),
+        gpu_source=found.source,
+        nic_distance_source=found.nic_source,
+        gpu_matrix=found.matrix,
         rdma=tuple(
-            RdmaDevice(name=d["name"], numa_node=d["numa_node"],
+            RdmaDevice(name=d["name"], numa_node=d["numa_node"], pci_bus_id=d["pci_bus_id"],
                        ports=tuple(RdmaPort(**p) for p in d["ports"]))
-            for d in _sysfs.read_rdma(root)),
+            for d in rdma),
         gdr=_sysfs.read_gdr(root),
         interfaces=None if interfaces is None else tuple(NetInterface(**i) for i in interfaces),
         acs=acs,

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[3]
 EXPECTED = {
     "run": {"config", "overrides", "address", "output"},
     "validate": {"config", "overrides"},
-    "doctor": {"address", "root", "json"},
+    "doctor": {"address", "root", "nccl_log", "json"},
     "report": {"run_dir"},
     "tune": {"config", "overrides", "budget_s", "max_trials", "output"},
     "bench collective": {"workers", "backend", "max_size", "json", "address"},
