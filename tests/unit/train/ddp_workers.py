@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from pipeline.collective import CollectiveConfig, init_process_group
@@ -42,3 +43,7 @@ def accumulate(rank: int, port: int, out: str) -> None:
     Path(out, f"rank{rank}.json").write_text(json.dumps({
         "steps": steps, "stepped_at_end": stepped, "all_reduces": len(all_reduces),
         "weights": [p.detach().reshape(-1).tolist() for p in stepper.model.parameters()]}))
+    # both ranks are done with the group before either tears it down: a rank that exits with
+    # its gloo group alive can abort ("terminate called without an active exception")
+    dist.barrier()
+    dist.destroy_process_group()
