@@ -80,14 +80,31 @@ def _alive(pid: Any, summary: dict[str, Any]) -> bool:
     return isinstance(pid, int) and started(pid) == summary.get("pid_start")
 
 
-def check_source(config: Config, console: Console) -> tuple[SourcePlan, ReaderSpec]:
+def check_source(config: Config, console: Console) -> tuple[SourcePlan, ReaderSpec] | None:
     """Plan the data source on the driver, warn about files it does not read, and return the
-    plan for the run to use. Raises :class:`ConfigError` for data that cannot train."""
-    plan, spec = plan_source(config.data)
+    plan for the run to use (None for a ``ray`` source: planned once Ray runs). Raises
+    :class:`ConfigError` for data that cannot train."""
+    planned = plan_source(config.data)
+    if planned is None:
+        return None
+    plan, spec = planned
     warning = skipped_warning(plan)
     if warning:
         console.print(f"[yellow]warning[/]: {escape(warning)}", highlight=False)
     return plan, spec
+
+
+def with_datasets(config: Config) -> Config:
+    """``config`` whose source is the datasets given to ``pipeline.run`` (a ``ray`` source;
+    its ``input`` kept)."""
+    from dataclasses import replace
+
+    from pipeline.data import RaySource
+
+    source = config.data.source
+    if not isinstance(source, RaySource):
+        source = RaySource()
+    return replace(config, data=replace(config.data, source=source))
 
 
 def check_task(config: Config, task: Any = None) -> Any:
@@ -103,12 +120,16 @@ def check_task(config: Config, task: Any = None) -> Any:
 
 def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = (),
         console: Console | None = None, show_progress: bool = True,
-        clock: JobClock | None = None, task: Any = None, **overrides: Any) -> RunResult:
+        clock: JobClock | None = None, task: Any = None, datasets: Any = None,
+        **overrides: Any) -> RunResult:
     """Run a job. ``sets`` are CLI-style ``KEY=VALUE`` strings (values parsed as YAML);
     ``overrides`` use dotted keys (``**{"train.epochs": 3}``) or ``train__epochs=3``.
     ``clock`` times the run from its start (the CLI's starts at process start); by default
     the run is timed from this call. ``task`` (a :class:`pipeline.Task`, pickled to every
-    Train worker) replaces ``train.task``.
+    Train worker) replaces ``train.task``. ``datasets`` (a ``ray.data.Dataset``, split by
+    ``data.val_fraction``, or ``{"train": ds, "val": ds}``, built after your ``ray.init``)
+    replaces ``data.source``: the run's source becomes ``kind: ray``
+    (:mod:`pipeline.data.sources.ray_dataset`).
 
     Raises :class:`~pipeline.config.ConfigError` for a bad config or data that cannot train
     (checked before Ray starts),
@@ -123,6 +144,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     clock = clock or JobClock(time.time())
     sets = [*sets, *(f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in overrides.items())]
     cfg = load_config(config, sets)
+    if datasets is not None:
+        cfg = with_datasets(cfg)
     console = console or Console(stderr=True, soft_wrap=True)
     out = output_dir(cfg)
     found = previous_run(out)
@@ -132,7 +155,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
         console.print(f"[yellow]resume[/]: {escape(found)}", highlight=False)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    _write_running(out, cfg, resume_command(config, sets, out))
+    resume = resume_command(config, sets, out) if datasets is None else None
+    _write_running(out, cfg, resume)
     clock.mark("entered")
     address, summary = None, None
     try:
@@ -148,7 +172,7 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
             try:
                 summary = run_job(cfg, out, ray_address=session.address, console=console,
                                   clock=clock, show_progress=show_progress, source=source,
-                                  task=task)
+                                  task=task, datasets=datasets)
                 clock.mark("outputs_done")
             except KeyboardInterrupt:
                 raise
@@ -160,7 +184,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
                         "ray_address": session.address}, indent=2))
                 raise
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM; what the run started has stopped by now
-        raise _stopped(config, sets, cfg, out, address, summary) from None
+        raise _stopped(config if datasets is None else cfg, sets, cfg, out, address,
+                       summary) from None
     clock.mark("ray_stopped")
     summary = _with_breakdown(summary, clock, out)
     return RunResult(output=out, summary=summary, config=cfg)

@@ -74,7 +74,8 @@ class Feed:
     @property
     def dataset_config(self) -> Any:
         """``ray.train.DataConfig`` for the trainer: block order kept when
-        ``train.deterministic`` (the same rows reach the same rank in every run)."""
+        ``train.deterministic`` (the same rows reach the same rank in every run) or when the ids
+        are row positions (a ``ray`` source without an ``id`` column)."""
         import ray.train
         from ray.data import ExecutionOptions
 
@@ -102,25 +103,28 @@ class Feed:
                              world_size=len(delivered))
 
 
-def prepare(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = ()
-            ) -> Feed:
+def prepare(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = (),
+            datasets: Any = None) -> Feed:
     """The datasets of ``config``'s ``data`` section (checked first: a bad source fails here
-    with the field and the remedy), for your own ``TorchTrainer``. Uses the connected Ray, or
-    starts a local one as Ray Data does."""
+    with the field and the remedy), for your own ``TorchTrainer``; ``datasets`` (your own Ray
+    Datasets, as for ``pipeline.run``) replace its source. Uses the connected Ray, or starts a
+    local one as Ray Data does."""
     import ray
 
-    from pipeline.api import check_source
+    from pipeline.api import check_source, with_datasets
     from pipeline.data import build_datasets
     from pipeline.data.quarantine import QuarantineLog
     from pipeline.train.loop import device_transfer
 
     cfg = load_config(config, list(sets))
+    if datasets is not None:
+        cfg = with_datasets(cfg)
     source = check_source(cfg, Console(stderr=True, soft_wrap=True))
     if not ray.is_initialized():
         ray.init()
     quarantine = QuarantineLog.remote(cfg.run.name)
     data = build_datasets(cfg.data, ship_uint8=cfg.transfer.ship_uint8, quarantine=quarantine,
-                          source=source)
+                          source=source, datasets=datasets)
     transfer, normalize = device_transfer(cfg, data.field)
     spec = FeedSpec(field=data.field, batch_size=cfg.train.batch_size,
                     prefetch_batches=cfg.data.prefetch_batches,
@@ -131,7 +135,7 @@ def prepare(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, 
     return Feed(datasets=datasets, spec=spec, classes=data.classes,
                 sample_shape=data.sample_shape, num_train=data.num_train, num_val=data.num_val,
                 train_ids=data.train_ids, quarantine=quarantine,
-                deterministic=cfg.train.deterministic)
+                deterministic=cfg.train.deterministic or data.keep_order)
 
 
 def batches(spec: FeedSpec, split: str = "train", *, epoch: int = 0, device: Any = None) -> Any:

@@ -8,7 +8,8 @@ from importlib import import_module
 from typing import Any
 
 _WHERE = {"DataConfig": "config", "DigitsSource": "config", "ImageFolderSource": "config",
-          "ParquetSource": "config", "DataPlan": "dataset", "build_datasets": "dataset",
+          "ParquetSource": "config", "RaySource": "config",
+          "DataPlan": "dataset", "build_datasets": "dataset",
           "plan_source": "dataset", "ReaderSpec": "reader", "SampleReader": "reader",
           "load_callable": "reader", "validation_mask": "split"}
 __all__ = sorted(_WHERE)

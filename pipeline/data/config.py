@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pipeline.config.options import option, required
 from pipeline.config.placement import PlacementConfig
@@ -37,7 +37,24 @@ class ParquetSource:
     id_column: str = option("", "column with stable integer ids; empty assigns file/row ids")
 
 
-Source = ImageFolderSource | DigitsSource | ParquetSource
+@dataclass(frozen=True, kw_only=True)
+class RaySource:
+    """A Ray Dataset your code builds (any ``ray.data.read_*``, your own ``map_batches``): rows
+    of numeric columns, each of one shape. Rows without an ``id`` column get their position in
+    the dataset's order as id (:mod:`pipeline.data.sources.ray_dataset` says what that keeps)."""
+
+    kind: Literal["ray"] = option("ray", "source kind")
+    function: str = option("", "'module:function' called on the driver (with args) that returns "
+                               "a ray.data.Dataset, split by val_fraction, or "
+                               "{'train': Dataset, 'val': Dataset}; empty: the datasets given "
+                               "to pipeline.run(datasets=...)")
+    args: Any = option(None, "keyword arguments of the function (a mapping)")
+    input: str = option("", "the column the model reads (its per-row shape is the task's "
+                            "input_shape); empty: 'image', else 'features', else the first "
+                            "column other than 'label' and 'id'")
+
+
+Source = ImageFolderSource | DigitsSource | ParquetSource | RaySource
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,9 +145,14 @@ class DataConfig:
             if len(values) not in (1, self.channels):
                 errors.append(f"{name} ({list(values)}) needs 1 or {self.channels} values, one per "
                               f"channel")
-        if self.augment.enabled and isinstance(self.source, ParquetSource):
-            errors.append("augment flips and crops images; the parquet source gives feature "
-                          "columns: remove data.augment")
+        if self.augment.enabled and isinstance(self.source, (ParquetSource, RaySource)):
+            errors.append(f"augment flips and crops the images Feedline decodes; the "
+                          f"{self.source.kind} source's rows are yours: remove data.augment "
+                          f"(augment in your own map_batches or task)")
+        if isinstance(self.source, RaySource) and not isinstance(self.source.args,
+                                                                 (dict, type(None))):
+            errors.append(f"source.args ({self.source.args!r}) must be a mapping of keyword "
+                          f"arguments for source.function")
         low, high = self.concurrency
         if low > high:
             errors.append(f"concurrency ({[low, high]}) must be [min, max] with min <= max")

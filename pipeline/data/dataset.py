@@ -18,8 +18,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline.data.config import DataConfig, DigitsSource, ImageFolderSource, ParquetSource
-from pipeline.data.reader import ReaderSpec, SampleReader
+from pipeline.config import ConfigError
+from pipeline.data.config import (
+    DataConfig,
+    DigitsSource,
+    ImageFolderSource,
+    ParquetSource,
+    RaySource,
+)
+from pipeline.data.reader import ReaderSpec, SampleReader, load_callable
 from pipeline.data.sources.base import SourcePlan
 from pipeline.data.sources.digits import plan_digits
 from pipeline.data.sources.image_folder import plan_image_folder
@@ -49,15 +56,25 @@ class DataPlan:
     origin: str
     train_ids: Any = None  # np.ndarray of the training split's ids, when known on the driver
     skipped: tuple[tuple[str, str], ...] = ()  # (path, reason) of files the source did not read
+    row_bytes: int = 0  # bytes of one row as the trainers receive it; 0: from sample_shape
+    keep_order: bool = False  # ids are positions: every execution must keep block order
 
 
-def plan_source(config: DataConfig) -> tuple[SourcePlan, ReaderSpec]:
+def plan_source(config: DataConfig) -> tuple[SourcePlan, ReaderSpec] | None:
     """Plan the configured source on the driver (lists files / reads parquet metadata).
 
     Raises :class:`~pipeline.config.ConfigError` naming the field, the value and the remedy for
     a source that cannot train (missing, empty, one class, a bad parquet file): call it before
-    starting Ray and hand the result to :func:`build_datasets`."""
+    starting Ray and hand the result to :func:`build_datasets`. A ``ray`` source is planned
+    once Ray runs (its function builds Ray Datasets): here its function is only imported."""
     source = config.source
+    if isinstance(source, RaySource):
+        if source.function:
+            try:
+                load_callable(source.function, "data.source.function")
+            except ValueError as exc:
+                raise ConfigError([str(exc)]) from exc
+        return None
     limits = dict(max_bad_fraction=config.max_bad_fraction,
                   max_consecutive_bad=config.max_consecutive_bad,
                   sample_timeout_s=config.sample_timeout_s)
@@ -102,9 +119,15 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
 
 
 def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: Any = None,
-                   source: tuple[SourcePlan, ReaderSpec] | None = None) -> DataPlan:
+                   source: tuple[SourcePlan, ReaderSpec] | None = None,
+                   datasets: Any = None) -> DataPlan:
     """Build the train (and validation) datasets from ``source`` (:func:`plan_source`'s result),
-    planning it here when not given. Runs on the driver."""
+    planning it here when not given; a ``ray`` source takes ``datasets`` (given to
+    ``pipeline.run``) or calls its function. Runs on the driver."""
+    if isinstance(config.source, RaySource):
+        from pipeline.data.sources.ray_dataset import plan_ray
+
+        return DataPlan(**plan_ray(config, datasets))
     plan, spec = source or plan_source(config)
     spec = replace(spec, ship_uint8=ship_uint8)
     manifest = plan.manifest

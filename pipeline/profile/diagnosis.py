@@ -29,7 +29,9 @@ winner's, prefixed with "also: ". ``changes`` are the winner's only, most promis
 config keys and values its advice names, for ``pipeline tune``.
 
 The ``context`` carries current settings so advice can say "from X to Y"; its keys are dotted
-config names (see :data:`CONTEXT_KEYS`, built by :func:`context_from_config`) plus ``device``.
+config names (see :data:`CONTEXT_KEYS`, built by :func:`context_from_config`) plus ``device``
+and, for a user's Ray Dataset, ``data.source.kind: ray`` (no ``data.concurrency``: the advice
+names the dataset's own maps).
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ def context_from_config(config: Any, *, device: str = "cpu") -> dict[str, Any]:
         value = getattr(getattr(config, section, None), name, None)
         if value is not None:
             out[key] = list(value) if isinstance(value, tuple) else value
+    kind = getattr(getattr(getattr(config, "data", None), "source", None), "kind", None)
+    if kind == "ray":  # the user's dataset runs its own maps: Feedline's pool does not exist
+        out["data.source.kind"] = kind
+        out.pop("data.concurrency", None)
     return out
 
 

@@ -66,10 +66,14 @@ def nccl_advice(config: Config) -> dict[str, Any]:
     to the Train workers' runtime env (set before their process group starts)."""
     from pipeline.collective import advise
     from pipeline.collective.cluster import detect_on_nodes
+    from pipeline.collective.ranks import plan_ranks
 
-    advices = {}
+    advices, rank_plans = {}, {}
     for topology in detect_on_nodes():
         advices[topology.hostname] = advise(topology, os.environ)
+        # what each worker gets on top of the common env, by node and GPU (ranks.apply_rank_plan)
+        rank_plans[topology.hostname] = [p.as_dict() for p in
+                                         plan_ranks(topology, advices[topology.hostname])]
     envs = [a.env for a in advices.values()]
     common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)} if envs else {}
     warnings = sorted({f"{host}: {w}" for host, a in advices.items()
@@ -81,7 +85,8 @@ def nccl_advice(config: Config) -> dict[str, Any]:
     applied = common if config.collective.apply_nccl_advice else {}
     return {"env": applied, "advised": common, "warnings": warnings,
             "reasons": {k: r for a in advices.values() for k, r in a.reasons.items()
-                        if k in common}}
+                        if k in common},
+            "rank_plans": rank_plans if config.collective.apply_nccl_advice else {}}
 
 
 def write_profile(config: Config, output: Path, monitor: ProgressMonitor, *,
@@ -181,7 +186,7 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
         # block order makes streaming_split hand every rank the same rows in every run.
         dataset_config=DataConfig(execution_options=ExecutionOptions(
             resource_limits=ExecutionResources(cpu=plan.data_cpus),
-            preserve_order=train.deterministic)),
+            preserve_order=train.deterministic or data.keep_order)),
     )
 
 
@@ -211,12 +216,13 @@ def _exactly_once(accounting: list[dict[str, Any]], epochs: int) -> bool | None:
 def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
             clock: JobClock, show_progress: bool = True,
             source: tuple[SourcePlan, ReaderSpec] | None = None,
-            task: Any = None) -> dict[str, Any]:
+            task: Any = None, datasets: Any = None) -> dict[str, Any]:
     """Train ``config`` on the connected cluster; returns the summary (also in summary.json).
     ``clock`` gets the job's milestones; the caller adds Ray's shutdown and the breakdown.
     ``source`` is the data source the caller planned before starting Ray, if it did. ``task``
     (a :class:`~pipeline.train.task.Task`) replaces ``train.task``; either is resolved here,
-    so a task that cannot be imported fails before any worker starts."""
+    so a task that cannot be imported fails before any worker starts. ``datasets`` are the
+    Ray Datasets of a ``ray`` source given to ``pipeline.run``."""
     import ray
 
     from pipeline.train.task import resolve_task, task_name
@@ -240,13 +246,16 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     quarantine = QuarantineLog.options(**_on_this_node()).remote(config.run.name)
     reporter = RunReporter.options(**_on_this_node()).remote()
     data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
-                          quarantine=quarantine, source=source)
+                          quarantine=quarantine, source=source, datasets=datasets)
+    what = (f"{len(data.classes)} classes" if data.classes
+            else f"input {data.field!r} {list(data.sample_shape)}")
     console.print(f"[bold]data[/]: {data.num_train:,} train / {data.num_val:,} validation samples, "
-                  f"{len(data.classes)} classes from {data.origin}")
+                  f"{what} from {data.origin}")
     spec = WorkerSpec(config=config, field=data.field, sample_shape=data.sample_shape,
                       num_classes=len(data.classes), use_gpu=plan.use_gpu,
                       has_val=data.val is not None, reporter=reporter,
-                      num_train=data.num_train, num_val=data.num_val, task=task)
+                      num_train=data.num_train, num_val=data.num_val, task=task,
+                      row_bytes=data.row_bytes, rank_plans=network["rank_plans"])
     trainer = _trainer(config, plan, data, spec, network["env"], backend, output)
     with ProgressMonitor(reporter, epochs=config.train.epochs,
                          samples_per_epoch=data.num_train, world_size=config.train.num_workers,
@@ -315,6 +324,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         "ray_address": ray_address,
         "backend": backend,
         "collective": {"backend": backend, "reason": backend_reason, **network,
+                       # what each worker applied of rank_plans (ranks.apply_rank_plan)
+                       "received": {str(r): p for r, p in sorted(monitor.nccl_received.items())},
                        "probe": monitor.probe},
         "transfer": _sum_transfer(monitor.transfer),
         "straggler": final.get("straggler"),

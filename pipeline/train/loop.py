@@ -33,6 +33,7 @@ from pipeline.collective import (
     straggler_summary,
     wrap_ddp,
 )
+from pipeline.collective.ranks import apply_rank_plan
 from pipeline.collective.straggler import slowest_waits
 from pipeline.config import Config
 from pipeline.data.cache import (
@@ -43,6 +44,7 @@ from pipeline.data.cache import (
     epoch_batches,
     rank_cache,
 )
+from pipeline.data.config import RaySource
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
 from pipeline.train import checkpoint
@@ -68,6 +70,8 @@ class WorkerSpec:
     num_train: int = 0
     num_val: int = 0
     task: Any = None  # a Task (resolved on the driver); None: train.task, resolved here
+    row_bytes: int = 0  # one row as the worker receives it; 0: estimated from sample_shape
+    rank_plans: Any = None  # hostname → per-GPU NCCL plans (pipeline.collective.ranks)
 
 
 def _device(use_gpu: bool) -> torch.device:
@@ -95,7 +99,8 @@ def _feeder(shard, spec: WorkerSpec, device: torch.device, shuffle_seed: int | N
 def device_transfer(cfg: Config, field: str) -> tuple[Any, dict | None]:
     """The transfer settings of a batch field and, for uint8 images, their normalisation on the
     device: feature columns are float already; only images ship as uint8."""
-    transfer = cfg.transfer if field == "image" else replace(cfg.transfer, ship_uint8=False)
+    ours = field == "image" and not isinstance(cfg.data.source, RaySource)  # decoded by Feedline
+    transfer = cfg.transfer if ours else replace(cfg.transfer, ship_uint8=False)
     return transfer, {"image": cfg.data.channel_stats()} if transfer.ship_uint8 else None
 
 
@@ -104,7 +109,7 @@ def _caches(spec: WorkerSpec, ctx, device: torch.device) -> dict[str, SampleCach
     decides from the same numbers (the smallest budget of any rank), so all replay or none."""
     cfg = spec.config.data
     world = ctx.get_world_size()
-    per_sample = int(np.prod(spec.sample_shape)) * (
+    per_sample = spec.row_bytes or int(np.prod(spec.sample_shape)) * (
         1 if spec.field == "image" and spec.config.transfer.ship_uint8 else 4) + 16
     dirs = {name: cache_dir(cfg.cache_dir, spec.config.run.name, name, ctx.get_world_rank())
             for name in ("train", "val")}
@@ -189,6 +194,9 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     if cfg.train.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     device = _device(spec.use_gpu)
+    # before the first collective: torch creates NCCL communicators (and NCCL reads env) lazily
+    nccl_plan = apply_rank_plan(spec.rank_plans, device_index=device.index) \
+        if device.type == "cuda" and spec.rank_plans else None
 
     prof = StepProfiler.from_config(cfg.profile, rank=rank, device=device)
     gauges = TrainMetrics(cfg.run.name, rank)
@@ -203,6 +211,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     meta = {"task": task_name(stepper.task), "model": cfg.train.model,
             "input_shape": list(spec.sample_shape), "num_classes": spec.num_classes}
     spec.reporter.push.remote({"type": "start", "rank": rank, "ready_at": time.time(),
+                               "nccl_plan": nccl_plan,
                                "resumed": None if resume is None else
                                {"epoch": resume.epoch, "step": resume.step,
                                 "consumed": len(resume.consumed)}})

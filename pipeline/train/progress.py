@@ -55,6 +55,7 @@ class ProgressMonitor:
         self.probe: dict | None = None  # the end-of-run link probe, from rank 0
         self.attempts: list[dict | None] = []  # rank 0's starts: None, then where it resumed
         self.ready_at: float | None = None  # Unix time rank 0 first had its model built
+        self.nccl_received: dict[int, dict | None] = {}  # rank → its NCCL plan (None: no GPU)
         self._reported: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
@@ -103,7 +104,9 @@ class ProgressMonitor:
                 self.profile_tails[record["rank"]] = record["profile"]
                 if record.get("events"):
                     self.events[record["rank"]] = record["events"]
-            elif record["type"] == "start" and record["rank"] == 0:
+            elif record["type"] == "start":
+                self.nccl_received[record["rank"]] = record.get("nccl_plan")
+            if record["type"] == "start" and record["rank"] == 0:
                 self.attempts.append(record["resumed"])
                 self.ready_at = self.ready_at or record.get("ready_at")
                 if record["resumed"]:

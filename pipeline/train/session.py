@@ -65,22 +65,27 @@ def allocator_env(allocator: str) -> dict[str, dict[str, str]]:
 
 @contextmanager
 def ray_driver_log(path: Path) -> Iterator[None]:
-    """Ray's driver-side log lines (``ray`` logger: the token notice, "Started a local Ray
-    instance", Ray Data's and Train's driver messages) go to ``path``; the console keeps only
-    their errors. Restored on the way out, for an embedding caller."""
-    import ray  # noqa: F401  (installs the "ray" logger's console handler)
+    """Ray's driver-side log lines (the ``ray`` logger: the token notice, "Started a local Ray
+    instance", Train's driver messages; and ``ray.data``, which does not propagate: a ``ray``
+    source's planning passes) go to ``path``; the console keeps only their errors. Restored on
+    the way out, for an embedding caller."""
+    import ray.data  # noqa: F401  (installs both loggers' console handlers)
 
-    ray_logger = logging.getLogger("ray")
-    levels = [(handler, handler.level) for handler in ray_logger.handlers]
+    loggers = [logging.getLogger(name) for name in ("ray", "ray.data")]
+    levels = [(handler, handler.level) for log in loggers for handler in log.handlers
+              if isinstance(handler, logging.StreamHandler)
+              and not isinstance(handler, logging.FileHandler)]
     for handler, _ in levels:
         handler.setLevel(max(handler.level, logging.ERROR))
     to_file = logging.FileHandler(path)
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    ray_logger.addHandler(to_file)
+    for log in loggers:
+        log.addHandler(to_file)
     try:
         yield
     finally:
-        ray_logger.removeHandler(to_file)
+        for log in loggers:
+            log.removeHandler(to_file)
         to_file.close()
         for handler, level in levels:
             handler.setLevel(level)

@@ -1,9 +1,10 @@
 """A task of the integration tests' own, handed to ``pipeline.run(task=...)`` and pickled to the
 Train workers (this module is importable there: the tests package sits beside pipeline)."""
 
+import torch
 import torch.nn.functional as F
 
-from pipeline import ClassificationTask
+from pipeline import ClassificationTask, Task
 from pipeline.train.task import inputs
 
 OFFSET = 10.0
@@ -23,3 +24,52 @@ class OffsetTask(ClassificationTask):
 
     def eval_metrics(self, totals):
         return super().eval_metrics(totals) | {"val_label_sum": totals.get("labels", 0.0)}
+
+
+class PositionTask(Task):
+    """For rows of ``x`` (float32 [4]) whose first value is the row's position in the dataset
+    and ``label``: a linear classifier, and a loss that fails the run when a row's id is not its
+    position (the ids Feedline assigned)."""
+
+    def build_model(self, *, input_shape, num_classes, config):
+        return torch.nn.Linear(input_shape[0] - 1, num_classes)  # the position is no feature
+
+    def loss(self, model, batch):
+        position = batch["x"][:, 0].long()
+        if not torch.equal(position, batch["id"]):
+            raise AssertionError(f"ids {batch['id'][:5].tolist()} are not the rows' positions "
+                                 f"{position[:5].tolist()}")
+        return F.cross_entropy(model(batch["x"][:, 1:]), batch["label"])
+
+
+def write_position_rows(folder, files=3, rows=200):
+    """Parquet files of rows (position, a, b, c, label), ``position`` counting the rows over
+    the files in name order; the rows' count."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        a, b, c = rng.normal(size=(3, rows))
+        pq.write_table(pa.table({"position": np.arange(f * rows, (f + 1) * rows), "a": a, "b": b,
+                                 "c": c, "label": (b > 0).astype(np.int64)}),
+                       folder / f"part-{f}.parquet")
+    return files * rows
+
+
+def _stack(batch):
+    import numpy as np
+
+    x = np.stack([batch[k] for k in ("position", "a", "b", "c")], axis=1).astype(np.float32)
+    return {"x": x, "label": batch["label"]}
+
+
+def position_rows(path):
+    """``data.source.function`` of the tests: the rows under ``path`` as a Ray Dataset of
+    ``x`` (float32 [4], position first) and ``label``, as a user builds one."""
+    import ray.data
+
+    return ray.data.read_parquet(path).map_batches(_stack, batch_format="numpy")
+

@@ -57,6 +57,9 @@ def detect(facts: Facts) -> Finding | None:
         more = change("data.concurrency", [low if low is not None else 1, target],
                       f"trainers waited {pct(wait)} of their step time: preprocessing delivers "
                       f"about {pct(1 - wait)} of the rate they need, so ×{factor:.2g} actors")
+    elif current(facts, "data.source.kind") == "ray":
+        more_actors = ("give your dataset's slowest map more workers (its "
+                       "`map_batches(concurrency=...)`)")
     else:
         more_actors = "raise the `data.concurrency` max (e.g. double it)"
     prefetch = as_int(current(facts, "data.prefetch_batches"))

@@ -65,7 +65,7 @@ def test_tagged_source_kind_selects_fields():
     config = load_config({"data": {"source": {"kind": "image_folder", "path": "/data/pets"}}})
     assert config.data.source == ImageFolderSource(path="/data/pets")
     assert errors_of({"data": {"source": {"kind": "folder"}}}) == [
-        "data.source.kind: 'folder' is not one of image_folder, digits, parquet; "
+        "data.source.kind: 'folder' is not one of image_folder, digits, parquet, ray; "
         "did you mean image_folder?"]
 
 

@@ -58,6 +58,21 @@ def test_input_bound_with_saturated_preprocessing_advises_more_actors(make_ranks
     assert d.evidence["data_saturated"] is True
 
 
+def test_input_bound_on_a_users_ray_dataset_names_its_maps_not_feedlines_pool(make_ranks):
+    # the same saturated run, from a `data.source.kind: ray` config: Feedline has no pool there
+    cfg = load_config(QUICKSTART, ["data.source.kind=ray",
+                                   "data.source.function=pkg.data:build"])
+    context = context_from_config(cfg)
+    assert "data.concurrency" not in context and context["data.source.kind"] == "ray"
+    ops = [{"operator": "MapBatches(tokenize)", "rows": 640, "busy_s": 19.4, "blocked_s": 0.1,
+            "tasks": 20, "wall_s": 10.0}]
+    d = run(make_ranks(2, data_wait=0.104), ops, context=context)
+    assert d.verdict == "input_bound"
+    assert "`map_batches(concurrency=...)`" in d.advice[0]
+    assert "data.concurrency" not in d.advice[0]
+    assert all(c["key"] != "data.concurrency" for c in d.changes)
+
+
 def test_input_bound_with_idle_preprocessing_advises_deeper_prefetch(make_ranks):
     ops = [{"operator": "MapBatches(decode)", "rows": 640, "busy_s": 4.0, "blocked_s": 3.0,
             "tasks": 20, "wall_s": 10.0}]
