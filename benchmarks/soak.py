@@ -153,7 +153,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import pipeline
-    from pipeline.train.session import ray_session
+    from pipeline.cluster.session import ray_session
 
     with ray_session(allocator=args.allocator):
         epochs = args.epochs or calibrate(args)

@@ -3,7 +3,7 @@
 Usable inside an existing Ray driver (after the caller's own ``ray.init``): the caller's Ray is
 used and left running. A run stopped by Ctrl-C or SIGTERM (``KeyboardInterrupt``) writes
 ``summary.json`` with ``status: stopped``, its last checkpoint and the command that resumes it,
-and raises :class:`~pipeline.train.stop.RunStopped`.
+and raises :class:`~pipeline.cluster.stop.RunStopped`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from pipeline.cluster.stop import RunStopped, received
 from pipeline.config import Config, ConfigError, load_config, to_dict
 from pipeline.data import ReaderSpec, plan_source
 from pipeline.data.sources import SourcePlan, skipped_warning
-from pipeline.train.breakdown import JobClock, to_markdown
-from pipeline.train.stop import RunStopped, received
+from pipeline.job.breakdown import JobClock, to_markdown
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def previous_run(out: Path) -> str | None:
     how = {"running": f"ended without a word (process {pid} on {host} is gone: killed?)",
            "stopped": f"was stopped by {previous.get('signal')}",
            "failed": f"failed ({previous.get('error')})"}.get(status, f"ended as {status!r}")
-    from pipeline.train.job import last_checkpoint
+    from pipeline.job.runner import last_checkpoint
 
     checkpoint = last_checkpoint(out)
     where = (f"resuming from its last checkpoint (epoch {checkpoint['epoch']}, after step "
@@ -135,11 +135,11 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     (checked before Ray starts),
     :class:`~pipeline.train.PlanError` for a plan that would starve preprocessing,
     ``BadSampleThresholdError`` when the data is broken,
-    :class:`~pipeline.train.stop.RunStopped` when stopped (Ctrl-C, SIGTERM), and Ray Train's
+    :class:`~pipeline.cluster.stop.RunStopped` when stopped (Ctrl-C, SIGTERM), and Ray Train's
     errors otherwise.
     """
-    from pipeline.train.job import run_job
-    from pipeline.train.session import ray_driver_log, ray_session
+    from pipeline.cluster.session import ray_driver_log, ray_session
+    from pipeline.job.runner import run_job
 
     clock = clock or JobClock(time.time())
     sets = [*sets, *(f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in overrides.items())]
@@ -211,7 +211,7 @@ def _stopped(config: str | Path | dict | Config, sets: list[str], cfg: Config, o
              address: str | None, summary: dict[str, Any] | None) -> RunStopped:
     """Write ``summary.json`` for a run stopped by a signal (unless it had finished and the stop
     came while Ray shut down) and return the :class:`RunStopped` to raise."""
-    from pipeline.train.job import last_checkpoint
+    from pipeline.job.runner import last_checkpoint
 
     signum = received() or signal.SIGINT  # a plain KeyboardInterrupt: Ctrl-C
     if summary is None:

@@ -1,7 +1,7 @@
 """A process and its descendants, read from Linux's ``/proc`` (no Ray, no psutil).
 
 Used by the ingest and soak benchmarks' resource probes and by the local Ray's watchdog
-(:mod:`pipeline.watchdog`), which stops that Ray's processes when the driver dies.
+(:mod:`pipeline.cluster.watchdog`), which stops that Ray's processes when the driver dies.
 """
 
 from __future__ import annotations

@@ -217,7 +217,7 @@ def run_ingest_bench(config: IngestBenchConfig,
     import ray
     import ray.data
 
-    from pipeline.train.session import ray_session
+    from pipeline.cluster.session import ray_session
 
     load_before = load_average()
     work = _workload(config)

@@ -34,8 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pipeline.cluster.session import ray_session
     from pipeline.collective import cluster
-    from pipeline.train.session import ray_session
 
     console = Console()
     sizes = size_sweep(args.max_size)

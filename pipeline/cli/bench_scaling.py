@@ -40,10 +40,10 @@ def _counts(text: str) -> list[int]:
 
 def main(args: argparse.Namespace) -> int:
     from pipeline.api import run
+    from pipeline.cluster.session import ray_session
     from pipeline.config import load_config
+    from pipeline.errors import PlanError
     from pipeline.profile import load_profile, scaling_report
-    from pipeline.train import PlanError
-    from pipeline.train.session import ray_session
 
     console = Console(stderr=True, soft_wrap=True)
     try:

@@ -113,8 +113,8 @@ def _only(log, host: str):
 
 
 def _detect(address: str | None, root: str) -> list[Topology]:
+    from pipeline.cluster.session import ray_session
     from pipeline.collective import cluster
-    from pipeline.train.session import ray_session
 
     if not cluster.ray_in_use(address):
         return [detect_topology(root)]

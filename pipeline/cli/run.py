@@ -1,6 +1,6 @@
 """``pipeline run CONFIG [--set KEY=VALUE ...] [--address ADDR] [--output DIR]``.
 
-Ctrl-C or SIGTERM stops the run cleanly (:mod:`pipeline.train.stop`): exit 130 or 143 with the
+Ctrl-C or SIGTERM stops the run cleanly (:mod:`pipeline.cluster.stop`): exit 130 or 143 with the
 command that resumes it; a second one stops at once.
 """
 
@@ -65,7 +65,7 @@ def stopped_lines(summary: dict, signum: int, output: str) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pipeline.train.stop import stop_on_signals
+    from pipeline.cluster.stop import stop_on_signals
 
     with stop_on_signals():  # up to the last line printed: a second Ctrl-C is always at once
         return _run(args)
@@ -73,10 +73,10 @@ def main(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from pipeline.api import run
+    from pipeline.cluster.stop import RunStopped, received
     from pipeline.data.reader import BadSampleThresholdError
-    from pipeline.train import PlanError
-    from pipeline.train.breakdown import JobClock, process_start
-    from pipeline.train.stop import RunStopped, received
+    from pipeline.errors import PlanError
+    from pipeline.job.breakdown import JobClock, process_start
 
     console = Console(stderr=True, soft_wrap=True)
     overrides = list(args.overrides)

@@ -55,7 +55,7 @@ def trials_table(outcome) -> Table:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pipeline.train import PlanError
+    from pipeline.errors import PlanError
     from pipeline.tune import Budget, Tuner
 
     console = Console(stderr=True, soft_wrap=True)

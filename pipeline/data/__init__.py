@@ -11,7 +11,7 @@ _WHERE = {"DataConfig": "config", "DigitsSource": "config", "ImageFolderSource":
           "ParquetSource": "config", "RaySource": "config",
           "DataPlan": "dataset", "build_datasets": "dataset",
           "plan_source": "dataset", "ReaderSpec": "reader", "SampleReader": "reader",
-          "load_callable": "reader", "validation_mask": "split"}
+          "validation_mask": "split"}
 __all__ = sorted(_WHERE)
 
 

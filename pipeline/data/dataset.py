@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.config import ConfigError
+from pipeline.config.callables import load_callable
 from pipeline.data.config import (
     DataConfig,
     DigitsSource,
@@ -26,7 +27,7 @@ from pipeline.data.config import (
     ParquetSource,
     RaySource,
 )
-from pipeline.data.reader import ReaderSpec, SampleReader, load_callable
+from pipeline.data.reader import ReaderSpec, SampleReader
 from pipeline.data.sources.base import SourcePlan
 from pipeline.data.sources.digits import plan_digits
 from pipeline.data.sources.image_folder import plan_image_folder

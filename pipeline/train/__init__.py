@@ -1,4 +1,6 @@
-"""Training: the resource planner, the Ray Train job, the per-worker loop and the tasks it trains.
+"""Training, inside a Ray Train worker: the loop Feedline owns, the tasks it trains, the models.
+(The driver's side of a job is :mod:`pipeline.job`; connecting and planning are
+:mod:`pipeline.cluster`'s.)
 
 The names below load on first use: Ray actors that unpickle a class from a submodule (the run's
 reporter) import this package, and must not pay for torch.
@@ -8,7 +10,6 @@ from importlib import import_module
 from typing import Any
 
 _WHERE = {"TrainConfig": "config", "MODELS": "models", "build_model": "models",
-          "PlanError": "planner", "ResourcePlan": "planner", "plan_resources": "planner",
           "ClassificationTask": "task", "TASKS": "task", "Task": "task",
           "resolve_task": "task"}
 __all__ = sorted(_WHERE)

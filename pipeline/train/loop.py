@@ -7,7 +7,7 @@ every rank reports the same metrics (the passes: :mod:`pipeline.train.epoch`). T
 :class:`~pipeline.train.task.Task` supplies the model, the optimizer, the loss and the
 validation counts; the rest is the loop's (:mod:`pipeline.train.step`: precision, accumulation,
 clipping, the schedule). Progress, spans and the ids it trained on go to the driver through the
-:class:`~pipeline.train.reporter.RunReporter`. Every epoch ends with a checkpoint;
+:class:`~pipeline.job.inbox.RunInbox`. Every epoch ends with a checkpoint;
 ``train.checkpoint_every`` adds mid-epoch ones that hold the ids consumed so far, so a restarted
 worker group resumes where it stopped (:mod:`pipeline.train.checkpoint`).
 """
@@ -66,7 +66,7 @@ class WorkerSpec:
     num_classes: int
     use_gpu: bool
     has_val: bool
-    reporter: Any  # RunReporter handle
+    reporter: Any  # RunInbox handle
     num_train: int = 0
     num_val: int = 0
     task: Any = None  # a Task (resolved on the driver); None: train.task, resolved here

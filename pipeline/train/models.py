@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from pipeline.data.reader import load_callable
+from pipeline.config.callables import load_callable
 
 
 def small_cnn(*, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.data.reader import load_callable
+from pipeline.config.callables import load_callable
 from pipeline.train.models import build_model
 
 REQUIRED = ("build_model", "loss")

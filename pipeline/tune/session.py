@@ -134,7 +134,7 @@ class Tuner:
     # -- the session -----------------------------------------------------------------------
 
     def run(self) -> Outcome:
-        from pipeline.train.session import ray_session
+        from pipeline.cluster.session import ray_session
 
         started = self.clock()
         self.output.mkdir(parents=True, exist_ok=True)

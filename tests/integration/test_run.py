@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import pipeline
-from pipeline.train import PlanError
+from pipeline.errors import PlanError
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"

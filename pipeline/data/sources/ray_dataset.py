@@ -37,8 +37,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.config import ConfigError
+from pipeline.config.callables import load_callable
 from pipeline.data.config import DataConfig, RaySource
-from pipeline.data.reader import load_callable
 from pipeline.data.split import validation_mask
 
 VAL_IDS = 1 << 48  # first assigned id of a validation dataset

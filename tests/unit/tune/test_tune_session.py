@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import pipeline.train.session
+import pipeline.cluster.session
 from pipeline.cli.main import main
 from pipeline.config import ConfigError, load_config
 from pipeline.tune import Budget, Change, Probe, Tuner
@@ -46,7 +46,7 @@ def scripted(monkeypatch):
         script = Script(probes, seconds)
         monkeypatch.setattr(Tuner, "probe", lambda self, name, changes: script(self, name,
                                                                                changes))
-        monkeypatch.setattr(pipeline.train.session, "ray_session",
+        monkeypatch.setattr(pipeline.cluster.session, "ray_session",
                             lambda *a, **k: contextlib.nullcontext())
         return script
     return install

@@ -1,6 +1,6 @@
 """``summary.json``'s ``exactly_once`` needs every epoch's accounting, not only clean entries."""
 
-from pipeline.train.job import _exactly_once
+from pipeline.job.runner import _exactly_once
 
 
 def epoch(number: int, lost: int = 0, duplicated: int = 0) -> dict:

@@ -5,8 +5,8 @@ import ctypes.util
 
 import pytest
 
+from pipeline.cluster.session import allocator_env
 from pipeline.config import ConfigError, load_config
-from pipeline.train.session import allocator_env
 
 
 def test_system_malloc_needs_no_runtime_env():

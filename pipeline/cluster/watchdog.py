@@ -1,10 +1,10 @@
 """The local Ray's watchdog: when the driver that started it dies without shutting it down
 (SIGKILL, the OOM killer, a second Ctrl-C), that Ray's processes go within seconds.
 
-    python -m pipeline.watchdog DRIVER_PID TOKEN
+    python -m pipeline.cluster.watchdog DRIVER_PID TOKEN
 
 Ray ties its GCS and raylet to the driver, but the agents and workers the raylet starts outlive
-it by minutes, holding memory and ports. :func:`pipeline.train.session.ray_session` sets
+it by minutes, holding memory and ports. :func:`pipeline.cluster.session.ray_session` sets
 ``FEEDLINE_RAY_OWNER=TOKEN`` (:data:`OWNER`) in the driver's environment before it starts Ray,
 so every process of that Ray inherits it; then it starts this process, in a session of its own
 (a terminal's Ctrl-C does not reach it), and stops it after ``ray.shutdown``.

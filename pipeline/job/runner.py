@@ -3,7 +3,7 @@
 plan resources → build datasets → TorchTrainer(fit) while the progress monitor drains the
 reporter → copy the checkpoint, write quarantine and summary (with the epochs an earlier, stopped
 run into the same directory finished). Ctrl-C or SIGTERM during ``fit()`` aborts the Train run
-(:class:`~pipeline.train.abortable.AbortableTrainer`). Nothing here runs on workers.
+(:class:`~pipeline.job.abortable.AbortableTrainer`). Nothing here runs on workers.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from pipeline.cluster.planner import ResourcePlan, plan_resources
 from pipeline.collective import choose_backend
 from pipeline.config import Config
 from pipeline.config.placement import PlacementConfig
@@ -27,13 +28,12 @@ from pipeline.data.accounting import account_epoch
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
 from pipeline.data.reader import BadSampleThresholdError, ReaderSpec
 from pipeline.data.sources import SourcePlan, skipped_fields
-from pipeline.train.breakdown import JobClock
+from pipeline.job.breakdown import JobClock
+from pipeline.job.delivered import EPOCHS_DIR, discard, merge_earlier, write_delivered
+from pipeline.job.inbox import RunInbox
+from pipeline.job.progress import ProgressMonitor
 from pipeline.train.checkpoint import META_FILE
-from pipeline.train.delivered import EPOCHS_DIR, discard, merge_earlier, write_delivered
 from pipeline.train.loop import WorkerSpec, train_loop
-from pipeline.train.planner import ResourcePlan, plan_resources
-from pipeline.train.progress import ProgressMonitor
-from pipeline.train.reporter import RunReporter
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig
 
-    from pipeline.train.abortable import AbortableTrainer
+    from pipeline.job.abortable import AbortableTrainer
 
     train = config.train
     if train.deterministic and plan.use_gpu:  # cuBLAS needs this for deterministic matmuls
@@ -244,7 +244,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                   f"backend {backend}")
 
     quarantine = QuarantineLog.options(**_on_this_node()).remote(config.run.name)
-    reporter = RunReporter.options(**_on_this_node()).remote()
+    reporter = RunInbox.options(**_on_this_node()).remote()
     data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
                           quarantine=quarantine, source=source, datasets=datasets)
     what = (f"{len(data.classes)} classes" if data.classes
@@ -266,7 +266,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         try:
             with _controller_poll(CONTROLLER_POLL_S):
                 result = trainer.fit()
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (pipeline.train.stop)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (pipeline.cluster.stop)
             trainer.abort()
             raise
         except Exception as exc:

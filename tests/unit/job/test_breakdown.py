@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.train.breakdown import breakdown, to_markdown
+from pipeline.job.breakdown import breakdown, to_markdown
 
 
 def epoch(n, started, seconds, first, ended):

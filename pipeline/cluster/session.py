@@ -9,9 +9,9 @@ Before joining ``host:port``, the driver checks that something accepts connectio
 nothing listens forever, deaf to Ctrl-C. ``ray://`` (Ray Client) and ``auto`` are passed to Ray
 unchecked.
 
-Stopped (Ctrl-C, SIGTERM: :mod:`pipeline.train.stop`) while Ray starts, what it started goes too.
-A local Ray has a watchdog (:mod:`pipeline.watchdog`): if the driver dies without shutting it
-down (SIGKILL, a second Ctrl-C), its processes go within seconds.
+Stopped (Ctrl-C, SIGTERM: :mod:`pipeline.cluster.stop`) while Ray starts, what it started goes too.
+A local Ray has a watchdog (:mod:`pipeline.cluster.watchdog`): if the driver dies without
+shutting it down (SIGKILL, a second Ctrl-C), its processes go within seconds.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.cluster.stop import keep_sigterm
+from pipeline.cluster.watchdog import OWNER
 from pipeline.config import ConfigError
-from pipeline.train.stop import keep_sigterm
-from pipeline.watchdog import OWNER
 
 logger = logging.getLogger(__name__)
 
@@ -190,9 +190,9 @@ def _init(**kwargs) -> None:
 
 
 def start_watchdog(token: str) -> subprocess.Popen | None:
-    """:mod:`pipeline.watchdog` for the local Ray this process just started with ``token`` in
-    its environment: if this process dies without shutting that Ray down, its processes go
-    within seconds."""
+    """:mod:`pipeline.cluster.watchdog` for the local Ray this process just started with
+    ``token`` in its environment: if this process dies without shutting that Ray down, its
+    processes go within seconds."""
     import ray
 
     node = getattr(ray._private.worker, "_global_node", None)  # no public API for this
@@ -200,7 +200,7 @@ def start_watchdog(token: str) -> subprocess.Popen | None:
         return None
     with open(Path(node.get_logs_dir_path()) / "feedline-watchdog.err", "ab") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "pipeline.watchdog", str(os.getpid()), token],
+            [sys.executable, "-m", "pipeline.cluster.watchdog", str(os.getpid()), token],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
             start_new_session=True)  # a terminal's Ctrl-C is for the driver, not for it
 

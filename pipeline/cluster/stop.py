@@ -2,17 +2,17 @@
 
 The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread wherever it is
 (connecting, planning, inside ``trainer.fit()``) and remembers which signal it was. What it
-unwinds stops what it started on the way out: the Train run (``pipeline.train.job``), the Ray it
+unwinds stops what it started on the way out: the Train run (``pipeline.job.runner``), the Ray it
 started (``ray_session``); ``pipeline.run`` then writes ``summary.json`` with ``status:
 stopped`` and raises :class:`RunStopped`, and ``pipeline run`` exits 128 + the signal number
 (130, 143). A second signal stops at once: the process exits, and the watchdog of a local Ray
-it started (:mod:`pipeline.watchdog`) stops that Ray's processes within seconds.
+it started (:mod:`pipeline.cluster.watchdog`) stops that Ray's processes within seconds.
 
 Why ``KeyboardInterrupt`` for both signals: the main thread mostly waits in ``ray.get``, and
 Ray turns only a ``KeyboardInterrupt`` raised by a signal handler into an interrupted get (any
 other exception is printed and dropped). Ray also replaces handlers: ``ray.init`` sets SIGTERM's
 to ``sys.exit(15)`` (:func:`keep_sigterm` puts ours back) and Ray Train's ``fit()`` sets
-SIGINT's to its own abort (:class:`~pipeline.train.abortable.AbortableTrainer` declines).
+SIGINT's to its own abort (:class:`~pipeline.job.abortable.AbortableTrainer` declines).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _on_signal(signum: int, frame: Any) -> None:
         _stopping(signum)
         raise KeyboardInterrupt
     _say(f"\n{signal.Signals(signum).name} again: stopping now\n")
-    os._exit(128 + signum)  # a local Ray's watchdog (pipeline.watchdog) stops its processes
+    os._exit(128 + signum)  # a local Ray's watchdog (pipeline.cluster.watchdog) stops its processes
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import ray
 
 
 @ray.remote(num_cpus=0)
-class RunReporter:
+class RunInbox:
     """Lives on the driver node; holds records until the driver drains them."""
 
     def __init__(self):

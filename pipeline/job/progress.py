@@ -1,9 +1,9 @@
 """Driver-side view of a running job: a progress bar, per-epoch lines and ``metrics.jsonl``.
 
-A background thread drains the :class:`~pipeline.train.reporter.RunReporter` while
+A background thread drains the :class:`~pipeline.job.inbox.RunInbox` while
 ``trainer.fit()`` blocks the main thread. An epoch line is printed once every rank has reported
 that epoch, so the numbers shown are global, not rank 0's guess; that epoch's ids are then kept
-in the run directory (:mod:`pipeline.train.delivered`), so a stopped run's rerun accounts for it.
+in the run directory (:mod:`pipeline.job.delivered`), so a stopped run's rerun accounts for it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pipeline.train.delivered import save_epoch
+from pipeline.job.delivered import save_epoch
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.train import PlanError, plan_resources
+from pipeline.cluster.planner import PlanError, plan_resources
 
 
 def plan(**kw):

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from pipeline.cluster.watchdog import OWNER
 from pipeline.procfs import alive, stat
-from pipeline.watchdog import OWNER
 
 # a "driver" that starts a "raylet", which starts an "agent" that ignores SIGTERM (as agents
 # busy in C++ do) and a "worker" whose parent exits at once (as a worker the raylet was starting
@@ -49,7 +49,7 @@ def test_the_driver_killed_its_processes_go_within_seconds():
     bystanders = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                                    env=os.environ | extra)
                   for extra in ({}, {OWNER: "another-run"})]
-    watchdog = subprocess.Popen([sys.executable, "-m", "pipeline.watchdog", str(driver.pid),
+    watchdog = subprocess.Popen([sys.executable, "-m", "pipeline.cluster.watchdog", str(driver.pid),
                                  token], stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
     try:

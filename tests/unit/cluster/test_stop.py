@@ -14,7 +14,7 @@ import pytest
 from pipeline.api import resume_command
 from pipeline.cli.main import build_parser
 from pipeline.cli.run import stopped_lines
-from pipeline.train import stop
+from pipeline.cluster import stop
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -50,7 +50,7 @@ def test_a_sigterm_while_ray_starts_is_the_same_stop():
 def test_a_second_signal_exits_at_once_with_the_signal_code():
     script = """
 import os, signal, time
-from pipeline.train.stop import stop_on_signals
+from pipeline.cluster.stop import stop_on_signals
 with stop_on_signals():
     try:
         os.kill(os.getpid(), signal.SIGINT)

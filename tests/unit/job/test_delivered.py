@@ -3,8 +3,8 @@
 import numpy as np
 from rich.console import Console
 
-from pipeline.train.delivered import merge_earlier, save_epoch, write_delivered
-from pipeline.train.progress import ProgressMonitor
+from pipeline.job.delivered import merge_earlier, save_epoch, write_delivered
+from pipeline.job.progress import ProgressMonitor
 
 
 def ids(*values):

@@ -3,8 +3,8 @@
 Ray Train's ``fit()`` replaces the process's SIGINT handler with its own (abort the run, then
 ``sys.exit(0)``, which reaches the caller of ``fit()`` as a ``SystemExit`` from ``ray.get``) and
 keeps no handle a caller could abort with. This trainer keeps the run's controller instead and
-installs nothing, so :mod:`pipeline.train.stop` handles the signal and the driver aborts the
-run through :meth:`AbortableTrainer.abort`. Driver side; built by ``pipeline.train.job``.
+installs nothing, so :mod:`pipeline.cluster.stop` handles the signal and the driver aborts the
+run through :meth:`AbortableTrainer.abort`. Driver side; built by ``pipeline.job.runner``.
 """
 
 from __future__ import annotations
