@@ -14,6 +14,7 @@ import shlex
 import signal
 import socket
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,7 @@ def check_task(config: Config, task: Any = None) -> Any:
 def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = (),
         console: Console | None = None, show_progress: bool = True,
         clock: JobClock | None = None, task: Any = None, datasets: Any = None,
-        **overrides: Any) -> RunResult:
+        ray_logs: bool = False, **overrides: Any) -> RunResult:
     """Run a job. ``sets`` are CLI-style ``KEY=VALUE`` strings (values parsed as YAML);
     ``overrides`` use dotted keys (``**{"train.epochs": 3}``) or ``train__epochs=3``.
     ``clock`` times the run from its start (the CLI's starts at process start); by default
@@ -129,11 +130,13 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     Train worker) replaces ``train.task``. ``datasets`` (a ``ray.data.Dataset``, split by
     ``data.val_fraction``, or ``{"train": ds, "val": ds}``, built after your ``ray.init``)
     replaces ``data.source``: the run's source becomes ``kind: ray``
-    (:mod:`pipeline.data.sources.ray_dataset`).
+    (:mod:`pipeline.data.sources.ray_dataset`). Ray's own log lines (its driver's, and its
+    workers' output) go to the run directory unless ``ray_logs`` (the CLI's ``-v``) brings
+    them to the console.
 
     Raises :class:`~pipeline.config.ConfigError` for a bad config or data that cannot train
     (checked before Ray starts),
-    :class:`~pipeline.train.PlanError` for a plan that would starve preprocessing,
+    :class:`~pipeline.errors.PlanError` for a plan that would starve preprocessing,
     ``BadSampleThresholdError`` when the data is broken,
     :class:`~pipeline.cluster.stop.RunStopped` when stopped (Ctrl-C, SIGTERM), and Ray Train's
     errors otherwise.
@@ -160,10 +163,10 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     clock.mark("entered")
     address, summary = None, None
     try:
-        with ray_driver_log(out / "ray-driver.log"), ray_session(
-                cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
-                connect_timeout_s=cfg.run.connect_timeout_s,
-                allocator=cfg.run.allocator) as session:
+        with (nullcontext() if ray_logs else ray_driver_log(out / "ray-driver.log")), \
+                ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
+                            connect_timeout_s=cfg.run.connect_timeout_s,
+                            allocator=cfg.run.allocator, log_to_driver=ray_logs) as session:
             clock.mark("ray_started")
             address = session.address
             console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "

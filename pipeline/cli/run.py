@@ -87,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         # timed from process start: imports and Ray's start are part of what the user waits for
         result = run(args.config, sets=overrides, console=console,
-                     clock=JobClock(process_start()))
+                     clock=JobClock(process_start()), ray_logs=getattr(args, "verbose", False))
     except RunStopped as exc:
         first, *rest = stopped_lines(exc.summary, exc.signum, str(exc.output))
         console.print(f"[yellow]{escape(first)}[/]", highlight=False)

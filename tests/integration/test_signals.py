@@ -9,6 +9,7 @@ start their own local Ray, which must be gone when they exit. Epochs stream from
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -149,6 +150,8 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_resumes_exactly_once(tmp_p
     assert "Traceback" not in said and "SystemExit" not in said
     # Ray's own driver lines went to the run directory, not to the console
     assert "Started a local Ray instance" not in said
+    # nor Ray's workers' lines ("(RayTrainWorker pid=123) ...", "(MapWorker(...) pid=...")
+    assert not re.search(r"^\S*\(\S+ pid=\d+", said, re.M), said
     assert "Started a local Ray instance" in (out / "ray-driver.log").read_text()
 
     program, *argv = shlex.split(summary["resume"])
