@@ -69,7 +69,7 @@ def reader_rates(paths: dict[str, Path], passes: int) -> dict[str, list[float]]:
         config = load_config(QUICKSTART, sets(folder, 1))
         plan, spec = plan_source(config.data)
         quarantine = QuarantineLog.remote(kind)
-        size, manifest = config.data.batch_size, plan.manifest
+        size, manifest = config.data.decode_batch_size, plan.manifest
         batches = [{k: manifest.column(k).to_numpy(zero_copy_only=False)[i:i + size]
                     for k in manifest.column_names} for i in range(0, manifest.num_rows, size)]
         readers[kind] = (SampleReader(replace(spec, ship_uint8=True), quarantine=quarantine),

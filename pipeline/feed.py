@@ -127,10 +127,10 @@ def prepare(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, 
                           source=source, datasets=datasets)
     transfer, normalize = device_transfer(cfg, data.field)
     spec = FeedSpec(field=data.field, batch_size=cfg.train.batch_size,
-                    prefetch_batches=cfg.data.prefetch_batches,
+                    prefetch_batches=cfg.transfer.host_prefetch,
                     shuffle_buffer=cfg.data.shuffle_buffer, seed=cfg.data.seed,
                     transfer=transfer, normalize=normalize,
-                    stall_timeout_s=cfg.data.stall_timeout_s)
+                    stall_timeout_s=cfg.transfer.stall_timeout_s)
     datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
     return Feed(datasets=datasets, spec=spec, classes=data.classes,
                 sample_shape=data.sample_shape, num_train=data.num_train, num_val=data.num_val,

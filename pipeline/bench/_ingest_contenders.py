@@ -13,7 +13,7 @@ dict with ``id`` and ``image`` (``batch x 3 x H x W`` uint8), or ``crc`` for the
 feedline           ``data.cache: off``; ``build_datasets`` → ``streaming_split(1)`` (what Ray
                    Train hands a worker) → per epoch ``iter_batches(numpy)`` → ``DeviceFeeder``
                    on ``cpu``, as ``pipeline.train.loop._feeder`` does. Prefetch =
-                   ``data.prefetch_batches`` + ``transfer.gpu_prefetch``. The feeder gets no
+                   ``transfer.host_prefetch`` + ``transfer.gpu_prefetch``. The feeder gets no
                    ``uint8_normalize``: the batch stays uint8 like everyone's (normalising is
                    the step's device work, the same for all).
 feedline_cache     the same with ``data.cache: auto`` (Feedline's default): epoch 1 streams
@@ -95,26 +95,26 @@ def decode_batch(paths: Any, size: tuple[int, int]) -> np.ndarray:
 # -- Feedline, as a Train worker iterates it ------------------------------------------------------
 
 def feedline_data_config(work: Workload, cache: str = "off"):
-    """The ``data`` section a user would write for these files; everything else is default."""
+    """The ``data`` and ``transfer`` sections a user would write for these files; everything
+    else is default (images ship as uint8, as in ``pipeline run``)."""
     from pipeline.data.config import DataConfig, ImageFolderSource
     from pipeline.transfer import TransferConfig
 
-    ray_prefetch = work.prefetch - TransferConfig().gpu_prefetch
-    return DataConfig(source=ImageFolderSource(path=work.root), image_size=work.image_size,
+    host_prefetch = work.prefetch - TransferConfig().gpu_prefetch
+    data = DataConfig(source=ImageFolderSource(path=work.root), image_size=work.image_size,
                       channels=3, mean=(0.5,), std=(0.5,), val_fraction=0.0,
-                      batch_size=work.batch_size, concurrency=(work.workers, work.workers),
-                      prefetch_batches=ray_prefetch, stall_timeout_s=work.timeout_s,
-                      cache=cache)
+                      decode_batch_size=work.batch_size,
+                      concurrency=(work.workers, work.workers), cache=cache)
+    return data, TransferConfig(host_prefetch=host_prefetch, stall_timeout_s=work.timeout_s)
 
 
 @contextmanager
 def feedline(work: Workload, cache: str = "off") -> Iterator[Epochs]:
     from pipeline.data.cache import available_memory, disk_free, epoch_batches, rank_cache
     from pipeline.data.dataset import build_datasets
-    from pipeline.transfer import DeviceFeeder, TransferConfig
+    from pipeline.transfer import DeviceFeeder
 
-    config = feedline_data_config(work, cache)
-    transfer = TransferConfig()  # the defaults pipeline run uses: images ship as uint8
+    config, transfer = feedline_data_config(work, cache)
     plan = build_datasets(config, ship_uint8=transfer.ship_uint8)
     # Ray Train hands each worker a streaming_split shard once; every epoch iterates it again.
     shard = plan.train.streaming_split(1, equal=True)[0]
@@ -129,12 +129,12 @@ def feedline(work: Workload, cache: str = "off") -> Iterator[Epochs]:
         def epoch(_index: int) -> Iterator[Batch]:
             # what pipeline.train.loop._feeder does: replay a complete cache, else stream
             batches = epoch_batches(shard, samples, batch_size=work.batch_size,
-                                    prefetch_batches=config.prefetch_batches)
+                                    prefetch_batches=transfer.host_prefetch)
             with DeviceFeeder(batches, device="cpu", depth=transfer.gpu_prefetch,
                               pin_memory=transfer.pin_memory,
                               min_pin_bytes=transfer.min_pin_bytes,
                               copy_threads=transfer.copy_threads,
-                              timeout_s=config.stall_timeout_s) as feeder:
+                              timeout_s=transfer.stall_timeout_s) as feeder:
                 yield from feeder
 
         epoch.status = samples.status  # type: ignore[attr-defined]  # what auto chose

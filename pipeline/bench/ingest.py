@@ -101,7 +101,6 @@ def rotated(names: list[str], rep: int) -> list[str]:
 
 
 def _workload(config: IngestBenchConfig) -> Workload:
-    from pipeline.data import DataConfig
     from pipeline.data.dataset import BATCHES_PER_BLOCK
     from pipeline.data.sources.image_folder import plan_image_folder
     from pipeline.data.synthetic import write_synthetic
@@ -119,7 +118,7 @@ def _workload(config: IngestBenchConfig) -> Workload:
                     batch_size=config.batch_size,
                     rows_per_block=BATCHES_PER_BLOCK * config.batch_size,
                     workers=config.resolved_workers(),
-                    prefetch=DataConfig().prefetch_batches + TransferConfig().gpu_prefetch,
+                    prefetch=TransferConfig().host_prefetch + TransferConfig().gpu_prefetch,
                     cores=cores(), timeout_s=config.timeout_s)
 
 

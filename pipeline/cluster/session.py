@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,8 +67,9 @@ def allocator_env(allocator: str) -> dict[str, dict[str, str]]:
 def ray_driver_log(path: Path) -> Iterator[None]:
     """Ray's driver-side log lines (the ``ray`` logger: the token notice, "Started a local Ray
     instance", Train's driver messages; and ``ray.data``, which does not propagate: a ``ray``
-    source's planning passes) go to ``path``; the console keeps only their errors. Restored on
-    the way out, for an embedding caller."""
+    source's planning passes) go to ``path``; the console keeps only their errors. So does the
+    driver's stdout: Ray prints its raylet's notices there ("N PYTHON worker processes have been
+    started"); Feedline writes to stderr. Restored on the way out, for an embedding caller."""
     import ray.data  # noqa: F401  (installs both loggers' console handlers)
 
     loggers = [logging.getLogger(name) for name in ("ray", "ray.data")]
@@ -82,7 +83,8 @@ def ray_driver_log(path: Path) -> Iterator[None]:
     for log in loggers:
         log.addHandler(to_file)
     try:
-        yield
+        with redirect_stdout(to_file.stream):
+            yield
     finally:
         for log in loggers:
             log.removeHandler(to_file)

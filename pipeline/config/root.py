@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +16,15 @@ from pipeline.data.config import DataConfig
 from pipeline.profile.config import ProfileConfig
 from pipeline.train.config import TrainConfig
 from pipeline.transfer.config import TransferConfig
+
+logger = logging.getLogger(__name__)
+
+#: old key → new key. The old names keep working for one release (until 0.2), with a warning.
+RENAMED = {
+    "data.batch_size": "data.decode_batch_size",  # the decode batch, not the training batch
+    "data.prefetch_batches": "transfer.host_prefetch",  # consumed in the Train worker
+    "data.stall_timeout_s": "transfer.stall_timeout_s",  # the feeder's timeout
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +88,39 @@ def load_config(source: str | Path | dict[str, Any] | Config,
             return source
         source = to_dict(source)
     data = read_yaml(source) if isinstance(source, (str, Path)) else source
-    return parse(Config, apply_overrides(data, list(overrides or [])))
+    return parse(Config, apply_overrides(_renamed(data), [_renamed_set(o)
+                                                          for o in overrides or []]))
+
+
+def _renamed(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every old key of :data:`RENAMED` moved to its new place (warned)."""
+    found = [(old.split("."), new.split(".")) for old, new in RENAMED.items()
+             if isinstance(data.get(old.split(".")[0]), dict)
+             and old.split(".")[1] in data[old.split(".")[0]]]
+    if not found:
+        return data
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for (section, name), (new_section, new_name) in found:
+        value = data[section].pop(name)
+        if not isinstance(data.get(new_section), dict):
+            data[new_section] = {}
+        data[new_section].setdefault(new_name, value)
+        _warn(f"{section}.{name}", f"{new_section}.{new_name}")
+    return data
+
+
+def _renamed_set(item: str) -> str:
+    key, sep, value = item.partition("=")
+    new = RENAMED.get(key.strip())
+    if new is None:
+        return item
+    _warn(key.strip(), new)
+    return f"{new}{sep}{value}"
+
+
+def _warn(old: str, new: str) -> None:
+    logger.warning("%s is now %s; the old name still works in this release, not in the next",
+                   old, new)
 
 
 def to_dict(config: Any) -> Any:

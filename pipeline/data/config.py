@@ -97,7 +97,9 @@ class DataConfig:
     cpus_per_actor: float = option(1.0, "CPUs each preprocessing actor reserves", gt=0)
     placement: PlacementConfig = field(default_factory=PlacementConfig, metadata={
         "doc": "nodes the preprocessing actors run on (CPU nodes)"})
-    batch_size: int = option(64, "rows per preprocessing batch (Ray Data map_batches)", ge=1)
+    decode_batch_size: int = option(64, "rows per decode batch of the preprocessing actors (Ray "
+                                        "Data map_batches); the training batch is "
+                                        "train.batch_size", ge=1)
     cache: bool | Literal["auto", "memory", "disk", "off"] = option(
         "auto", "decoded-sample cache: 'memory' or 'disk' keep each trainer's decoded samples "
                 "from the first epoch and replay them in later epochs (no decoding, no pipeline "
@@ -108,10 +110,6 @@ class DataConfig:
                                           gt=0, le=1)
     cache_dir: str = option("", "local directory of the disk cache; empty means the system's "
                                 "temporary directory")
-    prefetch_batches: int = option(2, "CPU-side batches prefetched by each trainer's iterator",
-                                   ge=0)
-    stall_timeout_s: float = option(300.0, "a trainer that receives no batch for this long "
-                                           "stops with an error instead of hanging", gt=0)
     max_bad_fraction: float = option(0.05, "stop the run when more than this share of samples "
                                            "fail to decode", ge=0, le=1)
     max_consecutive_bad: int = option(20, "stop the run after this many bad samples in a row "

@@ -111,7 +111,7 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
     return ds.map_batches(
         SampleReader,
         fn_constructor_kwargs={"spec": spec, "quarantine": quarantine},
-        batch_size=config.batch_size,
+        batch_size=config.decode_batch_size,
         compute=ray.data.ActorPoolStrategy(min_size=low, max_size=high),
         num_cpus=config.cpus_per_actor,
         batch_format="numpy",
@@ -137,7 +137,8 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
 
     if plan.kind == "table":
         counts = manifest.column("rows").to_numpy()
-        rows_per_block = max(1, BATCHES_PER_BLOCK * config.batch_size // max(1, int(counts.mean())))
+        rows_per_block = max(1, BATCHES_PER_BLOCK * config.decode_batch_size
+                             // max(1, int(counts.mean())))
         train_spec = replace(spec, keep_ids=(config.val_fraction, config.seed, False))
         val_spec = replace(spec, keep_ids=(config.val_fraction, config.seed, True))
         total = int(counts.sum())
@@ -154,7 +155,7 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
                if config.val_fraction > 0 else None)
         shape, field, num_train = (len(spec.features),), "features", total - num_val
     else:
-        rows_per_block = BATCHES_PER_BLOCK * config.batch_size
+        rows_per_block = BATCHES_PER_BLOCK * config.decode_batch_size
         is_val = validation_mask(manifest.column("id").to_numpy(), config.val_fraction,
                                  config.seed)
         train_manifest = manifest.filter(pa.array(~is_val))

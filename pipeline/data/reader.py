@@ -7,35 +7,35 @@ decoded is dropped from the batch, counted, and sent to the run's quarantine wit
 its good neighbours are still delivered. A failing user transform is a bug, not a bad sample,
 and fails the run with the transform's own error.
 
-Image files are read on a helper thread with a deadline (``data.sample_timeout_s``), so a read
-that never returns (a stale network mount) is quarantined as ``timeout`` while it is still
-stuck; a FIFO or device, whose open() could block forever, is refused from its ``os.stat``::
-
-    actor thread:  path ─► jobs ─► wait(deadline) ─► image | quarantine(timeout)
-    read thread:          jobs ─► stat, read, decode ─► its own reply box
-
-Python cannot interrupt a read stuck in the kernel: its thread is abandoned (a daemon, holding
-its file descriptor until the read returns or the actor exits) and a fresh one takes the next
-sample. Storage where every read hangs stops the run through ``data.max_consecutive_bad``
-before such threads pile up.
+Image files are read on a helper thread with a deadline (:mod:`pipeline.data.read_images`),
+parquet row groups by :mod:`pipeline.data.read_tables`; the bad-sample errors and thresholds are
+in :mod:`pipeline.data.bad_samples` (their names are importable from here too).
 """
 
 from __future__ import annotations
 
-import io
 import logging
-import math
-import os
-import queue
-import stat
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pipeline.config.callables import load_callable
+from pipeline.data.bad_samples import (
+    MIN_SAMPLES_FOR_FRACTION,
+    BadSample,
+    BadSampleThresholdError,
+    Z,
+    bad_fraction_message,
+    clearly_above,
+    first_sources,
+)
+from pipeline.data.read_images import SPECIAL_FILES, ImageReading, ReadThread, to_eight_bit
+from pipeline.data.read_tables import TableReading
+
+__all__ = ["MIN_SAMPLES_FOR_FRACTION", "SPECIAL_FILES", "Z", "BadSample",
+           "BadSampleThresholdError", "Batch", "ReadThread", "ReaderSpec", "SampleReader",
+           "bad_fraction_message", "clearly_above", "first_sources", "to_eight_bit"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,115 +65,7 @@ class ReaderSpec:
     num_classes: int = 0  # labels must lie in [0, num_classes); 0 checks only for negatives
 
 
-class BadSampleThresholdError(RuntimeError):
-    """Too many bad samples: the data, not a few files, is broken. Stops the run."""
-
-
-class BadSample(ValueError):
-    """A sample refused for a known reason; ``error_type`` names it in the quarantine record."""
-
-    def __init__(self, error_type: str, message: str):
-        super().__init__(message)
-        self.error_type = error_type
-
-
-class ReadThread:
-    """Runs one read at a time off the actor's thread, so the actor can give up on it.
-
-    Lives inside a Ray Data actor and is made there, on first use (threads do not pickle). Each
-    call gets its own reply box: a read that returns after its deadline answers into a box
-    nobody waits on, so a sample is either delivered or quarantined, never both.
-    """
-
-    def __init__(self):
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="feedline-read", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                fn, arg, reply = self._jobs.get(timeout=1.0)
-            except queue.Empty:
-                continue
-            try:
-                reply.put((True, fn(arg)))
-            except Exception as exc:  # re-raised on the actor's thread by call()
-                reply.put((False, exc))
-
-    def call(self, fn: Callable[[Any], Any], arg: Any, timeout: float) -> Any:
-        """``fn(arg)`` on the read thread; ``TimeoutError`` when it has not returned in time."""
-        reply: queue.SimpleQueue = queue.SimpleQueue()
-        self._jobs.put((fn, arg, reply))
-        try:
-            ok, value = reply.get(timeout=None if math.isinf(timeout) else timeout)
-        except queue.Empty:
-            raise TimeoutError from None
-        if not ok:
-            raise value
-        return value
-
-    def abandon(self) -> None:
-        """Leave a stuck thread behind: it exits if its read ever returns."""
-        self._stop.set()
-
-
-SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                 (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                 (stat.S_ISDIR, "a directory"))
-
-
-def to_eight_bit(img: Any, mode: str) -> Any:
-    """A Pillow image as 8-bit ``mode`` ("L" or "RGB"), by the documented rules:
-
-    - 16-bit greyscale (``I;16*``, and ``I`` holding 16-bit values) is scaled by 255/65535;
-      Pillow's own conversion clips at 255 and turns it nearly white.
-    - Transparency (RGBA, LA, PA, or a P/L/RGB image with a transparent colour) is composited
-      on black: a transparent pixel is black whatever colour it hides.
-    """
-    from PIL import Image
-
-    if img.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N"):
-        pixels = np.clip(np.asarray(img), 0, 65535).astype(np.uint32)
-        img = Image.fromarray(((pixels + 128) // 257).astype(np.uint8), "L")
-    elif img.has_transparency_data:
-        rgba = img.convert("RGBA")
-        img = Image.alpha_composite(Image.new("RGBA", rgba.size, (0, 0, 0, 255)), rgba)
-    return img.convert(mode)
-
-
-def first_sources(records: list[dict[str, Any]]) -> str:
-    return "; ".join(f"{r['source']} ({r['error_type']}: {r['message']})" for r in records[:3])
-
-
-def bad_fraction_message(limit: float, bad: int, seen: int, origin: str,
-                         records: list[dict[str, Any]]) -> str:
-    return (f"data.max_bad_fraction ({limit}) exceeded: {bad} of {seen} samples "
-            f"({bad / seen:.1%}) from {origin} could not be read; first: "
-            f"{first_sources(records)}. Fix or remove those files, or raise "
-            f"data.max_bad_fraction")
-
-
-# A reader judges the bad fraction only after this many samples, and then stops the run only
-# when the fraction is clearly above the limit: the Wilson lower bound at Z standard errors
-# exceeds it. A 2.5% bad set with a 5% limit must not stop because 7 of the first 128 samples
-# happened to be bad; a fraction just above the limit is caught by the driver's exact check
-# over the whole epoch (quarantine.check_bad_fraction).
-MIN_SAMPLES_FOR_FRACTION = 100
-Z = 3.0
-
-
-def clearly_above(bad: int, seen: int, limit: float, z: float = Z) -> bool:
-    """Whether ``bad`` of ``seen`` shows a bad fraction above ``limit`` beyond sampling noise."""
-    if seen < MIN_SAMPLES_FOR_FRACTION:
-        return False
-    p, z2 = bad / seen, z * z
-    spread = z * math.sqrt(p * (1 - p) / seen + z2 / (4 * seen * seen))
-    return (p + z2 / (2 * seen) - spread) / (1 + z2 / seen) > limit
-
-
-class SampleReader:
+class SampleReader(ImageReading, TableReading):
     """Ray Data actor UDF: manifest batch in, decoded rows out; picklable."""
 
     def __init__(self, spec: ReaderSpec, quarantine: Any = None):
@@ -187,154 +79,6 @@ class SampleReader:
         channels = spec.channels  # a single mean/std applies to every channel
         self._mean = np.asarray(spec.mean * (channels // len(spec.mean)), np.float32)[:, None, None]
         self._std = np.asarray(spec.std * (channels // len(spec.std)), np.float32)[:, None, None]
-
-    # -- images ---------------------------------------------------------------------------
-
-    def _decode(self, path: str) -> np.ndarray:
-        """Runs on the read thread; raises for a bad file."""
-        from PIL import Image
-
-        mode = os.stat(path).st_mode  # before open(): opening a FIFO blocks until a writer comes
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in SPECIAL_FILES if test(mode)), "a special file")
-            raise BadSample("not_a_regular_file", f"{kind}, not a regular file; only image "
-                                                  f"files are read")
-        with open(path, "rb") as fh:
-            raw = fh.read()
-        if not raw:
-            raise ValueError("empty file (0 bytes)")
-        limit = self.spec.max_image_pixels
-        try:
-            img = Image.open(io.BytesIO(raw))  # reads the header only
-        except Image.DecompressionBombError as exc:  # beyond twice Pillow's own limit
-            raise BadSample("too_large", f"its header declares more pixels than "
-                                         f"data.max_image_pixels ({limit:,}) (Pillow: {exc}); "
-                                         f"refused before decoding") from None
-        with img:
-            width, height = img.size
-            if width * height > limit:
-                raise BadSample("too_large", f"{width}x{height} = {width * height:,} pixels "
-                                             f"(from its header) > data.max_image_pixels "
-                                             f"({limit:,}); refused before decoding")
-            img = to_eight_bit(img, "L" if self.spec.channels == 1 else "RGB")
-            height, width = self.spec.image_size
-            if img.size != (width, height):
-                img = img.resize((width, height), Image.Resampling.BILINEAR)
-            pixels = np.asarray(img, dtype=np.uint8)
-        return pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
-
-    def _read(self, path: str) -> np.ndarray:
-        """Decode ``path`` on the read thread within ``data.sample_timeout_s``."""
-        if self._thread is None:
-            from PIL import Image
-
-            if Image.MAX_IMAGE_PIXELS and self.spec.max_image_pixels > Image.MAX_IMAGE_PIXELS:
-                # Pillow refuses at twice its own limit: it must not undercut a higher one
-                Image.MAX_IMAGE_PIXELS = self.spec.max_image_pixels
-            self._thread = ReadThread()
-        try:
-            return self._thread.call(self._decode, path, self.spec.sample_timeout_s)
-        except TimeoutError:
-            self._thread.abandon()
-            self._thread = ReadThread()
-            self.abandoned += 1
-            logger.warning("a read of %s has not returned after %g s; its thread is abandoned "
-                           "(%d so far in this actor)", path, self.spec.sample_timeout_s,
-                           self.abandoned)
-            raise BadSample("timeout", f"read and decode did not finish within "
-                                       f"data.sample_timeout_s ({self.spec.sample_timeout_s:g} s)"
-                            ) from None
-
-    def _images(self, batch: Batch) -> tuple[Batch, list[dict[str, Any]]]:
-        good, images, bad = [], [], []
-        for i, path in enumerate(batch["path"]):
-            try:
-                image = self._read(str(path))
-            except Exception as exc:  # noqa: BLE001 - any failure is this file's, not the block's
-                bad.append(self._record(int(batch["id"][i]), str(path), "decode", exc))
-                continue
-            images.append(image)
-            good.append(i)
-            self.consecutive_bad = 0
-        channels, (height, width) = self.spec.channels, self.spec.image_size
-        stacked = (np.stack(images) if images
-                   else np.empty((0, channels, height, width), np.uint8))
-        if not self.spec.ship_uint8:
-            stacked = (stacked.astype(np.float32) / 255.0 - self._mean) / self._std
-        index = np.asarray(good, dtype=np.int64)
-        return {"id": batch["id"][index], "label": batch["label"][index], "image": stacked}, bad
-
-    # -- tables ---------------------------------------------------------------------------
-
-    def _tables(self, batch: Batch) -> tuple[Batch, list[dict[str, Any]]]:
-        import pyarrow.parquet as pq
-
-        spec = self.spec
-        ids, labels, features, bad = [], [], [], []
-        columns = list(dict.fromkeys([*spec.features, spec.label_column]
-                                     + ([spec.id_column] if spec.id_column else [])))
-        for file, group, first_id, rows in zip(batch["file"], batch["row_group"], batch["id"],
-                                               batch["rows"], strict=True):
-            try:
-                table = pq.ParquetFile(str(file)).read_row_group(int(group), columns=columns)
-            except Exception as exc:  # noqa: BLE001 - a corrupt file's rows are bad samples
-                if spec.id_column:  # the ids are inside the unreadable data
-                    raise ValueError(f"{file}: row group {group} cannot be read ({exc}); its "
-                                     f"rows have unknown ids ({spec.id_column}) and cannot be "
-                                     f"quarantined: fix or remove the file") from exc
-                row_ids = np.arange(first_id, first_id + int(rows), dtype=np.int64)
-                for row_id in row_ids[self._ours(row_ids)]:
-                    bad.append(self._record(int(row_id), f"{file}#rowgroup{group}", "read", exc))
-                continue
-            row_ids = (table.column(spec.id_column).to_numpy().astype(np.int64) if spec.id_column
-                       else np.arange(first_id, first_id + table.num_rows, dtype=np.int64))
-            x = np.stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.float32)
-                          for c in spec.features], axis=1)
-            label = table.column(spec.label_column)
-            null = label.is_null(nan_is_null=True).to_numpy(zero_copy_only=False)
-            # a null read as int64 is -2**63: judge it before it can reach the loss
-            y = np.where(null, 0, label.to_numpy(zero_copy_only=False)).astype(np.int64)
-            keep = self._ours(row_ids)
-            rejected = self._bad_rows(x, y, null)
-            for i, exc in sorted(rejected.items()):
-                if keep[i]:
-                    bad.append(self._record(int(row_ids[i]), f"{file}#rowgroup{group}/row{i}",
-                                            "validate", exc))
-            keep[list(rejected)] = False
-            if keep.any():  # table rows: a good row anywhere in the group ends the bad run
-                self.consecutive_bad = 0
-            ids.append(row_ids[keep])
-            labels.append(y[keep])
-            features.append(x[keep])
-        width = len(spec.features)
-        return {"id": np.concatenate(ids) if ids else np.empty(0, np.int64),
-                "label": np.concatenate(labels) if labels else np.empty(0, np.int64),
-                "features": np.concatenate(features) if features
-                else np.empty((0, width), np.float32)}, bad
-
-    def _ours(self, row_ids: np.ndarray) -> np.ndarray:
-        """Which rows belong to this reader's split (train or validation)."""
-        from pipeline.data.split import validation_mask
-
-        if self.spec.keep_ids is None:
-            return np.ones(len(row_ids), bool)
-        val_fraction, seed, want_val = self.spec.keep_ids
-        return validation_mask(row_ids, val_fraction, seed) == want_val
-
-    def _bad_rows(self, x: np.ndarray, y: np.ndarray, null: np.ndarray) -> dict[int, Exception]:
-        """Rows that cannot be trained on, by position, each with its first reason."""
-        column, classes = self.spec.label_column, self.spec.num_classes
-        out: dict[int, Exception] = {}
-        for i in np.flatnonzero(null):
-            out[int(i)] = BadSample("null_label", f"{column} is null")
-        high = classes or np.iinfo(np.int64).max
-        for i in np.flatnonzero(~null & ((y < 0) | (y >= high))):
-            known = f"in [0, {classes})" if classes else ">= 0"
-            out[int(i)] = BadSample("label_out_of_range",
-                                    f"{column} ({y[i]}) is not a class index {known}")
-        for i in np.flatnonzero(~np.isfinite(x).all(axis=1)):
-            out.setdefault(int(i), ValueError("NaN or infinite value in a feature column"))
-        return out
 
     # -- common ---------------------------------------------------------------------------
 

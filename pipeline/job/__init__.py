@@ -1,6 +1,7 @@
 """The driver's side of one run: plan → datasets → ``TorchTrainer`` → outputs.
 
-- :mod:`.runner`: ``run_job`` (planning, the trainer, ``summary.json``, the report).
+- :mod:`.runner`: ``run_job`` (planning, the trainer, ``summary.json``); :mod:`.network`: the
+  NCCL advice per node and rank; :mod:`.outputs`: the profile, diagnosis and report.
 - :mod:`.inbox`: ``RunInbox``, the actor the Train workers push their records into;
   :mod:`.progress`: the console's progress and the per-epoch records drained from it.
 - :mod:`.breakdown`: where the wall time went, process start to exit;

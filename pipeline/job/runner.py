@@ -22,7 +22,6 @@ from rich.console import Console
 from pipeline.cluster.planner import ResourcePlan, plan_resources
 from pipeline.collective import choose_backend
 from pipeline.config import Config
-from pipeline.config.placement import PlacementConfig
 from pipeline.data import DataPlan, build_datasets
 from pipeline.data.accounting import account_epoch
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
@@ -31,6 +30,8 @@ from pipeline.data.sources import SourcePlan, skipped_fields
 from pipeline.job.breakdown import JobClock
 from pipeline.job.delivered import EPOCHS_DIR, discard, merge_earlier, write_delivered
 from pipeline.job.inbox import RunInbox
+from pipeline.job.network import nccl_advice, pool_cpus
+from pipeline.job.outputs import sum_transfer, write_profile
 from pipeline.job.progress import ProgressMonitor
 from pipeline.train.checkpoint import META_FILE
 from pipeline.train.loop import WorkerSpec, train_loop
@@ -44,94 +45,6 @@ def _on_this_node() -> dict[str, Any]:
 
     node = ray.get_runtime_context().get_node_id()
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=False)}
-
-
-def pool_cpus(placement: PlacementConfig) -> float | None:
-    """CPUs of the alive nodes a placement selects; None when it selects the whole cluster."""
-    import ray
-
-    if not placement.labels and not placement.resources:
-        return None
-    total = 0.0
-    for node in ray.nodes():
-        labels, resources = node.get("Labels") or {}, node.get("Resources") or {}
-        if (node.get("Alive") and all(labels.get(k) == v for k, v in placement.labels.items())
-                and all(k in resources for k in placement.resources)):
-            total += resources.get("CPU", 0.0)
-    return total
-
-
-def nccl_advice(config: Config) -> dict[str, Any]:
-    """Detect every node's network, advise NCCL/gloo settings; the env common to all nodes goes
-    to the Train workers' runtime env (set before their process group starts)."""
-    from pipeline.collective import advise
-    from pipeline.collective.cluster import detect_on_nodes
-    from pipeline.collective.ranks import plan_ranks
-
-    advices, rank_plans = {}, {}
-    for topology in detect_on_nodes():
-        advices[topology.hostname] = advise(topology, os.environ)
-        # what each worker gets on top of the common env, by node and GPU (ranks.apply_rank_plan)
-        rank_plans[topology.hostname] = [p.as_dict() for p in
-                                         plan_ranks(topology, advices[topology.hostname])]
-    envs = [a.env for a in advices.values()]
-    common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)} if envs else {}
-    warnings = sorted({f"{host}: {w}" for host, a in advices.items()
-                       for w in [*a.warnings, *a.conflicts]})
-    differing = sorted({k for e in envs for k in e} - set(common))
-    if differing:
-        warnings.append(f"nodes disagree on {', '.join(differing)}: set them per node in the "
-                        f"cluster's environment (see pipeline doctor)")
-    applied = common if config.collective.apply_nccl_advice else {}
-    return {"env": applied, "advised": common, "warnings": warnings,
-            "reasons": {k: r for a in advices.values() for k, r in a.reasons.items()
-                        if k in common},
-            "rank_plans": rank_plans if config.collective.apply_nccl_advice else {}}
-
-
-def write_profile(config: Config, output: Path, monitor: ProgressMonitor, *,
-                  device: str) -> dict[str, Any]:
-    """Merge the ranks' spans, diagnose, write profile.json, timeline, plot and report."""
-    from pipeline.profile import (
-        combine_summaries,
-        context_from_config,
-        diagnose,
-        load_profile,
-        merge_ranks,
-        save_profile,
-        summary_fields,
-        write_artifacts,
-    )
-
-    # every window of a rank: its epochs, then the tail after the last one (last checkpoint)
-    ranks = {rank: combine_summaries([*epochs.values(),
-                                      *([monitor.profile_tails[rank]]
-                                        if rank in monitor.profile_tails else [])])
-             for rank, epochs in monitor.profiles.items()}
-    merged = merge_ranks(ranks)
-    context = context_from_config(config, device=device)
-    diagnosis = diagnose(merged, monitor.data_ops, config.profile, context)
-    elapsed, throughput = 0.0, []
-    for m in monitor.epoch_metrics:
-        elapsed += m["epoch_seconds"]
-        throughput.append({"time_s": elapsed, "samples_per_s": m["samples_per_second"],
-                           "epoch": m["epoch"]})
-    save_profile(output, ranks=ranks, merged=merged, data_ops=monitor.data_ops,
-                 throughput=throughput, context=context, events=monitor.events,
-                 diagnosis=diagnosis)
-    write_artifacts(output, load_profile(output), diagnosis)
-    return summary_fields(merged, diagnosis)
-
-
-def _sum_transfer(per_rank: dict[int, dict]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for stats in per_rank.values():
-        for key, value in stats.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out[key] = out.get(key, 0) + value
-            else:
-                out.setdefault(key, value)
-    return out
 
 
 # Ray Train's controller polls its workers every 2 s by default, and a worker's report waits in
@@ -327,7 +240,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                        # what each worker applied of rank_plans (ranks.apply_rank_plan)
                        "received": {str(r): p for r, p in sorted(monitor.nccl_received.items())},
                        "probe": monitor.probe},
-        "transfer": _sum_transfer(monitor.transfer),
+        "transfer": sum_transfer(monitor.transfer),
         "straggler": final.get("straggler"),
         "plan": plan.as_dict(),
         "data": {"origin": data.origin, "classes": list(data.classes),

@@ -51,7 +51,7 @@ _SHARE_VERDICTS = ("straggler", "input_bound", "startup_bound", "transfer_bound"
 #: Context keys the advice reads: ``(section, field)`` of the job config, by dotted name.
 CONTEXT_KEYS: dict[str, tuple[str, str]] = {
     "data.concurrency": ("data", "concurrency"),
-    "data.prefetch_batches": ("data", "prefetch_batches"),
+    "transfer.host_prefetch": ("transfer", "host_prefetch"),
     "data.cpus_per_actor": ("data", "cpus_per_actor"),
     "data.cache": ("data", "cache"),
     "train.num_workers": ("train", "num_workers"),

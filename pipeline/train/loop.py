@@ -88,12 +88,12 @@ def _feeder(shard, spec: WorkerSpec, device: torch.device, shuffle_seed: int | N
     (transfer stage); see :func:`pipeline.data.cache.epoch_batches`."""
     cfg = spec.config
     batches = epoch_batches(shard, cache, batch_size=cfg.train.batch_size,
-                            prefetch_batches=cfg.data.prefetch_batches,
+                            prefetch_batches=cfg.transfer.host_prefetch,
                             shuffle_buffer=cfg.data.shuffle_buffer if shuffle_seed is not None
                             else 0, shuffle_seed=shuffle_seed, record=record)
     transfer, uint8 = device_transfer(cfg, spec.field)
     return DeviceFeeder.from_config(batches, transfer, device=device, uint8_normalize=uint8,
-                                    timeout_s=cfg.data.stall_timeout_s)
+                                    timeout_s=cfg.transfer.stall_timeout_s)
 
 
 def device_transfer(cfg: Config, field: str) -> tuple[Any, dict | None]:

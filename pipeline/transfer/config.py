@@ -12,8 +12,12 @@ from pipeline.config.options import option
 class TransferConfig:
     """How each Train worker moves host batches onto its device."""
 
+    host_prefetch: int = option(2, "host (CPU) batches each trainer's iterator prefetches from "
+                                   "its Ray Data shard", ge=0)
     gpu_prefetch: int = option(2, "batches in flight on the device side (K)", ge=1,
                                hint="use 1 to disable overlap")
+    stall_timeout_s: float = option(300.0, "a trainer that receives no batch for this long "
+                                           "stops with an error instead of hanging", gt=0)
     pin_memory: bool | Literal["auto"] = option(
         "auto", "page-lock the staging buffers: auto (when CUDA is present), true or false")
     ship_uint8: bool = option(True, "images travel as uint8 (4x fewer bytes through the object "

@@ -233,9 +233,9 @@ def fallback_changes(verdict: str, evidence: Mapping[str, Any],
     verdicts only; anything else yields no change."""
     if verdict == "input_bound":
         if evidence.get("data_saturated") is False:
-            prefetch = current.get("data.prefetch_batches")
+            prefetch = current.get("transfer.host_prefetch")
             if isinstance(prefetch, int):
-                return (Change(key="data.prefetch_batches", value=max(2 * prefetch, 2),
+                return (Change(key="transfer.host_prefetch", value=max(2 * prefetch, 2),
                                why="trainers wait while preprocessing idles"),)
             return ()
         low, high = current.get("data.concurrency") or (None, None)

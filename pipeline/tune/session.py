@@ -224,7 +224,7 @@ class Tuner:
 
 
 # The keys decide.fallback_changes reads when the diagnosis carries no `changes`.
-_FALLBACK_KEYS = ("data.concurrency", "data.prefetch_batches", "transfer.gpu_prefetch")
+_FALLBACK_KEYS = ("data.concurrency", "transfer.host_prefetch", "transfer.gpu_prefetch")
 
 
 def _keys(diagnosis: dict[str, Any]) -> list[str]:

@@ -41,7 +41,7 @@ def main(output: str, delay_s: float) -> None:
                 outcome["summary"] = pipeline.run(
                     ROOT / "examples" / "quickstart.yaml", show_progress=False, sets=[
                         "train.epochs=3", "train.cpus_per_worker=1", "data.concurrency=[2, 2]",
-                        "data.batch_size=4",
+                        "data.decode_batch_size=4",
                         "data.transform=tests.integration.transforms:slow_preprocessing_logged",
                         "data.placement.labels={feedline.io/role: preprocess}",
                         "train.placement.labels={feedline.io/role: train}",

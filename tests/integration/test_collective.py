@@ -23,7 +23,10 @@ def test_doctor_reports_every_alive_node(ray_cluster, capsys):
     alive = [n for n in ray.nodes() if n["Alive"]]
     assert len(nodes) == len(alive)
     for node in nodes:
-        assert set(node) == {"hostname", "topology", "nccl_env", "warnings"}
+        assert set(node) == {"hostname", "topology", "rails", "nccl_env", "rank_plans",
+                             "warnings", "notes"}
+        # no GPU here: no GPU to pair with a NIC, so no per-rank plan
+        assert node["rank_plans"] == [] and node["rails"]["pairs"] == []
         assert node["topology"]["network"] in ("ethernet", "loopback", "infiniband", "roce")
         assert "NCCL_SOCKET_IFNAME" in node["nccl_env"] or node["warnings"]
     assert ray.is_initialized()  # doctor used the caller's Ray and left it running

@@ -73,7 +73,7 @@ def check_accounting(summary, out, phases=("startup", "validation", "report", "c
 def test_slow_preprocessing_is_input_bound(ray_cluster, tmp_path, features):
     summary = run(tmp_path, features,
                   "data.transform=tests.integration.transforms:slow_rows",
-                  "data.batch_size=1", "data.concurrency=[1, 1]", "data.val_fraction=0")
+                  "data.decode_batch_size=1", "data.concurrency=[1, 1]", "data.val_fraction=0")
     diagnosis = summary["diagnosis"]
     assert diagnosis["verdict"] == "input_bound", diagnosis
     # Both ranks wait for the one actor in turns; the wait shows as input on both, not as

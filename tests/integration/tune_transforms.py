@@ -1,6 +1,6 @@
 """A slow preprocessing injection for ``pipeline tune``'s test and benchmark (Ray Data workers).
 
-The cost is a sleep per sample, so it does not depend on ``data.batch_size`` and more decode
+The cost is a sleep per sample, so it does not depend on ``data.decode_batch_size`` and more decode
 actors recover it even on a machine with few cores (sleeping actors need no CPU).
 """
 

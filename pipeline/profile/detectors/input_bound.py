@@ -62,15 +62,15 @@ def detect(facts: Facts) -> Finding | None:
                        "`map_batches(concurrency=...)`)")
     else:
         more_actors = "raise the `data.concurrency` max (e.g. double it)"
-    prefetch = as_int(current(facts, "data.prefetch_batches"))
+    prefetch = as_int(current(facts, "transfer.host_prefetch"))
     deeper_change: dict | None = None
     if prefetch is not None:
-        deeper = f"raise `data.prefetch_batches` from {prefetch} to {max(prefetch * 2, 2)}"
-        deeper_change = change("data.prefetch_batches", max(prefetch * 2, 2),
+        deeper = f"raise `transfer.host_prefetch` from {prefetch} to {max(prefetch * 2, 2)}"
+        deeper_change = change("transfer.host_prefetch", max(prefetch * 2, 2),
                                "preprocessing has spare capacity but batches are not ready "
                                "when the trainer asks")
     else:
-        deeper = "raise `data.prefetch_batches` (e.g. double it)"
+        deeper = "raise `transfer.host_prefetch` (e.g. double it)"
     if facts.data_busy is None:
         advice = (f"{head}; no preprocessing stats were collected → {more_actors} or add CPU "
                   f"nodes if the preprocessing actors are saturated, otherwise {deeper}",)

@@ -87,13 +87,13 @@ def detect(facts: Facts) -> Finding | None:
 
 def _remedy(facts: Facts, rank: str, cause: str) -> tuple[str, list[dict[str, Any]]]:
     if cause == "data_wait":
-        prefetch = as_int(current(facts, "data.prefetch_batches"))
+        prefetch = as_int(current(facts, "transfer.host_prefetch"))
         if prefetch is not None:
-            deeper = f"raise `data.prefetch_batches` from {prefetch} to {max(2, prefetch * 2)}"
-            changes = [change("data.prefetch_batches", max(2, prefetch * 2),
+            deeper = f"raise `transfer.host_prefetch` from {prefetch} to {max(2, prefetch * 2)}"
+            changes = [change("transfer.host_prefetch", max(2, prefetch * 2),
                               f"rank {rank} waits longer for its batches than the others")]
         else:
-            deeper, changes = "raise `data.prefetch_batches`", []
+            deeper, changes = "raise `transfer.host_prefetch`", []
         return (f"its input arrives slower than the other ranks' (a remote or busier "
                 f"preprocessing node): {deeper}, and check its node with `pipeline doctor`",
                 changes)

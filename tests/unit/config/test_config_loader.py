@@ -128,3 +128,20 @@ def test_every_field_is_documented():
 def test_single_mean_and_std_apply_to_every_channel():
     config = load_config({"data": {"channels": 3, "mean": [0.5], "std": [0.25]}})
     assert config.data.channel_stats() == ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+
+
+def test_renamed_keys_still_work_with_a_warning(caplog):
+    old = {"data": {"batch_size": 16, "prefetch_batches": 5, "stall_timeout_s": 7.0},
+           "transfer": {"gpu_prefetch": 3}}
+    with caplog.at_level("WARNING", logger="pipeline.config.root"):
+        config = load_config(old, ["data.prefetch_batches=6"])
+    assert config.data.decode_batch_size == 16
+    assert config.transfer.host_prefetch == 6  # --set wins over the file, as for any key
+    assert config.transfer.stall_timeout_s == 7.0 and config.transfer.gpu_prefetch == 3
+    said = caplog.text
+    for old_key, new_key in (("data.batch_size", "data.decode_batch_size"),
+                             ("data.prefetch_batches", "transfer.host_prefetch"),
+                             ("data.stall_timeout_s", "transfer.stall_timeout_s")):
+        assert f"{old_key} is now {new_key}" in said
+    assert old["data"] == {"batch_size": 16, "prefetch_batches": 5, "stall_timeout_s": 7.0}
+    assert "batch_size" not in to_dict(config)["data"]  # a saved config uses the new names

@@ -22,7 +22,7 @@ from pipeline.profile import (
 
 QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart.yaml"
 
-CONTEXT = {"data.concurrency": [1, 2], "data.prefetch_batches": 2, "train.num_workers": 4,
+CONTEXT = {"data.concurrency": [1, 2], "transfer.host_prefetch": 2, "train.num_workers": 4,
            "transfer.gpu_prefetch": 2, "transfer.pin_memory": False,
            "transfer.ship_uint8": False, "collective.comm_hook": "none",
            "collective.bucket_cap_mb": 25.0, "device": "cuda"}
@@ -79,7 +79,7 @@ def test_input_bound_with_idle_preprocessing_advises_deeper_prefetch(make_ranks)
     d = run(make_ranks(2, data_wait=0.104), ops)
     assert d.verdict == "input_bound"
     assert "busy only 20%" in d.advice[0]
-    assert "`data.prefetch_batches` from 2 to 4" in d.advice[0]
+    assert "`transfer.host_prefetch` from 2 to 4" in d.advice[0]
     assert "data.concurrency" not in d.advice[0]
 
 
@@ -88,7 +88,7 @@ def test_input_bound_without_preprocessing_stats_names_both_remedies(make_ranks)
     assert d.verdict == "input_bound"
     assert "no preprocessing stats" in d.advice[0]
     assert "`data.concurrency` max from 2 to" in d.advice[0]
-    assert "`data.prefetch_batches` from 2 to 4" in d.advice[0]
+    assert "`transfer.host_prefetch` from 2 to 4" in d.advice[0]
     assert d.evidence["data_busy_fraction"] is None
 
 
@@ -213,7 +213,7 @@ def test_straggler_waiting_for_input_in_a_fed_job_stays_a_straggler(make_ranks):
     d = run(ranks)
     assert d.evidence["data_wait_fraction"] < CONFIG.input_bound_fraction
     assert d.verdict == "straggler" and d.evidence["cause_phase"] == "data_wait"
-    assert "`data.prefetch_batches` from 2 to 4" in d.advice[0]
+    assert "`transfer.host_prefetch` from 2 to 4" in d.advice[0]
 
 
 def test_thresholds_come_from_the_config(make_ranks):

@@ -99,14 +99,14 @@ def test_judge_refuses_an_empty_baseline():
 
 def test_untried_skips_current_values_reverted_changes_and_repeated_keys():
     changes = (Change(key="data.concurrency", value=[1, 4]),
-               Change(key="data.prefetch_batches", value=4),
+               Change(key="transfer.host_prefetch", value=4),
                Change(key="data.concurrency", value=[2, 8]),
                Change(key="transfer.gpu_prefetch", value=2))
-    current = {"data.concurrency": [1, 1], "data.prefetch_batches": 2,
+    current = {"data.concurrency": [1, 1], "transfer.host_prefetch": 2,
                "transfer.gpu_prefetch": 2}
     assert [c.key for c in untried(changes, current)] == ["data.concurrency",
-                                                          "data.prefetch_batches"]
-    rejected = [Change(key="data.prefetch_batches", value=4)]
+                                                          "transfer.host_prefetch"]
+    rejected = [Change(key="transfer.host_prefetch", value=4)]
     assert untried(changes, current, rejected) == (changes[0],)
     # tuple and list forms of the same value are the same value
     assert untried((Change(key="data.concurrency", value=[1, 1]),),
@@ -115,8 +115,8 @@ def test_untried_skips_current_values_reverted_changes_and_repeated_keys():
 
 def test_one_change_per_trial_the_first_the_diagnosis_names():
     changes = (Change(key="data.concurrency", value=[1, 4]),
-               Change(key="data.prefetch_batches", value=4))
-    current = {"data.concurrency": [1, 1], "data.prefetch_batches": 2}
+               Change(key="transfer.host_prefetch", value=4))
+    current = {"data.concurrency": [1, 1], "transfer.host_prefetch": 2}
     assert next_changes(changes, current) == (changes[0],)
     assert next_changes(changes, current, rejected=[changes[0]]) == (changes[1],)
     assert next_changes(changes, current, rejected=changes) == ()
@@ -189,8 +189,8 @@ def test_fallback_scales_the_pool_by_the_wait_share_without_reading_advice_text(
 def test_fallback_for_idle_preprocessing_deepens_prefetch():
     changes = fallback_changes("input_bound", {"data_wait_fraction": 0.5,
                                                "data_saturated": False},
-                               {"data.prefetch_batches": 2, "data.concurrency": [1, 1]})
-    assert changes == (Change(key="data.prefetch_batches", value=4,
+                               {"transfer.host_prefetch": 2, "data.concurrency": [1, 1]})
+    assert changes == (Change(key="transfer.host_prefetch", value=4,
                               why="trainers wait while preprocessing idles"),)
 
 

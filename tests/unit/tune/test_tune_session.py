@@ -83,7 +83,7 @@ def test_keeps_what_helped_reverts_what_hurt_and_writes_tuned_yaml(tmp_path, scr
 
 
 def test_a_trial_applies_only_the_first_change_named(tmp_path, scripted):
-    deeper = Change(key="data.prefetch_batches", value=4)
+    deeper = Change(key="transfer.host_prefetch", value=4)
     script = scripted([Probe(samples_per_s=30, verdict="input_bound",
                              changes=(more_actors(4), deeper)),
                        Probe(samples_per_s=20, verdict="input_bound", changes=())])
