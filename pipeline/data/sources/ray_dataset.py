@@ -177,8 +177,8 @@ def plan_ray(config: DataConfig, given: Any = None) -> dict[str, Any]:
     """The fields of a :class:`~pipeline.data.dataset.DataPlan` for a user's dataset."""
     source = config.source
     datasets, origin = user_datasets(source, given)
-    numbered = any("id" not in d.schema().names for d in datasets.values())
     train = with_ids(datasets["train"])
+    numbered = train is not datasets["train"]  # with_ids returns a dataset with its own ids
     shapes = row_shapes(train)
     field = _input(source, list(shapes))
     wanted = ["id", *(["label"] if "label" in shapes else [])]
@@ -186,6 +186,7 @@ def plan_ray(config: DataConfig, given: Any = None) -> dict[str, Any]:
     ids = seen["id"]
     if "val" in datasets:
         val = with_ids(datasets["val"], val=True)
+        numbered = numbered or val is not datasets["val"]
         train_ids, num_val = ids, val.count()
     elif config.val_fraction > 0:
         is_val = validation_mask(ids, config.val_fraction, config.seed)
