@@ -208,6 +208,8 @@ def start_watchdog(token: str) -> subprocess.Popen | None:
 
 
 def stop_watchdog(watchdog: subprocess.Popen | None) -> None:
+    """Release the watchdog: it stops what ``ray.shutdown`` left running, even if this process
+    dies meanwhile (a second Ctrl-C)."""
     if watchdog is not None:
         watchdog.terminate()
         watchdog.wait()

@@ -11,7 +11,11 @@ so every process of that Ray inherits it; then it starts this process, in a sess
 
 The watchdog waits for the driver's death (pid and start time: never a reused pid). Then it
 sends SIGTERM to every process whose environment carries the token, SIGKILL after ``GRACE_S``
-to those still there, and exits. The token finds what a process tree cannot: a worker the
+to those still there, and exits. A SIGTERM from the driver (after ``ray.shutdown``) releases it
+instead: it gives what ``ray.shutdown`` left running (Ray's agents outlive their raylet by
+seconds to minutes) ``LEAVE_S`` to go by itself, then terminates the rest the same way. So a
+driver that dies at any moment of its stop (a second Ctrl-C while it writes its summary)
+leaves nothing behind. The token finds what a process tree cannot: a worker the
 raylet was starting when the driver's death took the raylet along is an orphan, re-parented to
 init. What it did goes to stderr, which the session points at Ray's log folder. No Ray import:
 it must work while Ray is what is failing.
@@ -29,6 +33,9 @@ from pipeline.procfs import PROC, started
 OWNER = "FEEDLINE_RAY_OWNER"
 POLL_S = 0.5
 GRACE_S = 3.0
+LEAVE_S = 5.0
+
+_released: list[int] = []  # the driver's SIGTERM: it shut its Ray down itself
 
 
 def carrying(token: str) -> dict[int, int]:
@@ -49,9 +56,16 @@ def carrying(token: str) -> dict[int, int]:
 
 
 def wait_for_death(driver: int, poll_s: float = POLL_S) -> None:
+    """Return when ``driver`` is gone, or has released the watchdog."""
     start = started(driver)
-    while start is not None and started(driver) == start:
+    while start is not None and started(driver) == start and not _released:
         time.sleep(poll_s)
+
+
+def wait_for_leave(token: str, leave_s: float = LEAVE_S) -> None:
+    deadline = time.monotonic() + leave_s
+    while carrying(token) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def terminate(token: str, grace_s: float = GRACE_S) -> list[int]:
@@ -77,7 +91,15 @@ def terminate(token: str, grace_s: float = GRACE_S) -> list[int]:
 def main(argv: list[str]) -> int:
     driver, token = int(argv[0]), argv[1]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the driver's death or SIGTERM ends it
+    signal.signal(signal.SIGTERM, lambda signum, frame: _released.append(signum))
+    print(f"feedline watchdog: watching driver {driver}", file=sys.stderr, flush=True)
     wait_for_death(driver)
+    if _released:
+        wait_for_leave(token)
+        if killed := terminate(token):
+            print(f"feedline watchdog: {len(killed)} processes outlived ray.shutdown of driver "
+                  f"{driver}; terminated: {killed}", file=sys.stderr, flush=True)
+        return 0
     killed = terminate(token)
     print(f"feedline watchdog: driver {driver} exited without stopping its Ray; "
           f"terminated {len(killed)} processes: {killed}", file=sys.stderr, flush=True)

@@ -97,6 +97,10 @@ def left_alive(marker: str, within_s: float = 20) -> list[str]:
     return alive
 
 
+def watchdog_said(ray_tmpdir: str) -> str:
+    return "".join(p.read_text() for p in Path(ray_tmpdir).rglob("feedline-watchdog.err"))
+
+
 @pytest.fixture
 def ray_tmpdir():
     """A Ray temp dir of the test's own (``RAY_TMPDIR``): its processes carry it in their
@@ -190,7 +194,7 @@ def test_a_second_ctrl_c_stops_at_once_and_takes_the_local_ray_along(tmp_path, r
     assert proc.returncode == 130, console(out)
     assert took < 10, took  # "at once": the Ray it started gets 3 s to go, no more
     assert "SIGINT again: stopping now" in console(out)
-    assert left_alive(marker) == []
+    assert left_alive(marker) == [], watchdog_said(ray_tmpdir)
 
 
 @pytest.mark.timeout(420)
@@ -210,7 +214,7 @@ def test_sigkill_of_the_driver_takes_its_local_ray_along_and_the_rerun_says_what
     # loaded 2-core machine has taken up to 26 s, typically under 10)
     assert left_alive(marker, within_s=30) == []
     assert time.monotonic() - killed < 30
-    said = "".join(p.read_text() for p in Path(ray_tmpdir).rglob("feedline-watchdog.err"))
+    said = watchdog_said(ray_tmpdir)
     assert f"driver {proc.pid} exited without stopping its Ray; terminated" in said, said
     assert summary_of(out)["status"] == "running"  # what the killed run left: it never knew
 

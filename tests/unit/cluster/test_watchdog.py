@@ -1,6 +1,6 @@
 """The local Ray's watchdog (real processes, real SIGKILL): when the driver dies, the processes
 that carry its Ray's token go, those that ignore SIGTERM and orphans included, and nothing
-else does."""
+else does; released by the driver after ``ray.shutdown``, it stops what outlived that."""
 
 import os
 import signal
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pipeline.cluster.watchdog import OWNER
+from pipeline.cluster.watchdog import GRACE_S, LEAVE_S, OWNER
 from pipeline.procfs import alive, stat
 
 # a "driver" that starts a "raylet", which starts an "agent" that ignores SIGTERM (as agents
@@ -40,9 +40,8 @@ def wait_gone(pids, within_s):
     return [p for p in pids if alive(p)]
 
 
-@pytest.mark.timeout(60)
-def test_the_driver_killed_its_processes_go_within_seconds():
-    token = "test-token-1"
+def start_run(token):
+    """The fake driver with its three processes, two bystanders, and the watchdog."""
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
                               env=os.environ | {OWNER: token})
     ours = [int(p) for p in driver.stdout.readline().split()]
@@ -52,6 +51,38 @@ def test_the_driver_killed_its_processes_go_within_seconds():
     watchdog = subprocess.Popen([sys.executable, "-m", "pipeline.cluster.watchdog", str(driver.pid),
                                  token], stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
+    return driver, ours, bystanders, watchdog
+
+
+def clean_up(driver, ours, bystanders, watchdog):
+    for pid in ours:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    for proc in (driver, *bystanders, watchdog):
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.timeout(60)
+def test_released_after_shutdown_it_stops_what_outlived_it_and_the_driver_may_die_meanwhile():
+    driver, ours, bystanders, watchdog = run = start_run("test-token-2")
+    try:
+        time.sleep(1.5)
+        watchdog.terminate()  # what the driver does after ray.shutdown
+        driver.kill()  # a second Ctrl-C while the watchdog waits for the leftovers to go
+        driver.wait()
+        assert wait_gone(ours, within_s=LEAVE_S + GRACE_S + 5) == []
+        assert watchdog.wait(timeout=10) == 0
+        said = watchdog.stderr.read()
+        assert f"3 processes outlived ray.shutdown of driver {driver.pid}" in said, said
+        assert all(b.poll() is None for b in bystanders)
+    finally:
+        clean_up(*run)
+
+
+@pytest.mark.timeout(60)
+def test_the_driver_killed_its_processes_go_within_seconds():
+    driver, ours, bystanders, watchdog = run = start_run("test-token-1")
     try:
         time.sleep(1.5)
         assert watchdog.poll() is None and all(alive(p) for p in ours)
@@ -65,9 +96,4 @@ def test_the_driver_killed_its_processes_go_within_seconds():
             in said, said
         assert all(b.poll() is None for b in bystanders)  # no token, or another run's
     finally:
-        for pid in ours:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        for b in bystanders:
-            b.kill()
-        watchdog.kill()
+        clean_up(*run)
