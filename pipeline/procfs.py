@@ -7,6 +7,7 @@ Used by the ingest and soak benchmarks' resource probes and by the local Ray's w
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -79,3 +80,14 @@ def alive(pid: int) -> bool:
     """Running, not exited (a zombie has exited; only its parent's wait is due)."""
     st = stat(pid)
     return st is not None and st.state != "Z"
+
+
+def process_start(pid: int | None = None) -> float:
+    """Unix time ``pid`` (this process by default) started, or now when /proc cannot say."""
+    st = stat(os.getpid() if pid is None else pid)
+    try:
+        with open(PROC / "stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+    except (OSError, StopIteration):
+        return time.time()
+    return boot + st.start / _TICK if st is not None else time.time()

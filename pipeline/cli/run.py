@@ -76,7 +76,8 @@ def _run(args: argparse.Namespace) -> int:
     from pipeline.cluster.stop import RunStopped, received
     from pipeline.data.reader import BadSampleThresholdError
     from pipeline.errors import PlanError
-    from pipeline.job.breakdown import JobClock, process_start
+    from pipeline.job.breakdown import JobClock
+    from pipeline.procfs import process_start
 
     console = Console(stderr=True, soft_wrap=True)
     overrides = list(args.overrides)

@@ -14,21 +14,10 @@ up to the wall time::
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
-
-def process_start() -> float:
-    """Unix time this process started (from /proc), or now when /proc is not there."""
-    try:
-        with open(f"/proc/{os.getpid()}/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, StopIteration):
-        return time.time()
+from pipeline.procfs import process_start
 
 
 class JobClock:
@@ -36,28 +25,29 @@ class JobClock:
 
     ``started``: the process start for a CLI or ``ray job submit`` run (what the user waits
     for), the call's start for ``pipeline.run`` inside a longer-lived driver. The job fills
-    ``epochs`` (rank 0's per-epoch timing records) and ``workers_ready``.
+    ``epochs`` (rank 0's per-epoch timing records) and ``worker`` (rank 0's start marks).
     """
 
     def __init__(self, started: float | None = None) -> None:
         self.marks: dict[str, float] = {"process_start": started or process_start()}
         self.epochs: list[dict[str, Any]] = []
-        self.workers_ready: float | None = None
+        self.worker: dict[str, float] = {}
 
     def mark(self, name: str) -> None:
         self.marks[name] = time.time()
 
     def breakdown(self) -> list[dict[str, Any]]:
-        return breakdown(self.marks, self.epochs, self.workers_ready)
+        return breakdown(self.marks, self.epochs, self.worker)
 
 
 def breakdown(marks: dict[str, float], epochs: list[dict[str, Any]],
-              workers_ready: float | None = None) -> list[dict[str, Any]]:
+              worker: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Consecutive phases ``{"phase", "seconds", "share"}`` from process start to the last mark.
 
     ``epochs``: per epoch ``{"epoch", "started_at", "ended_at", "first_batch_seconds",
-    "epoch_seconds"}`` (rank 0's Unix times); ``workers_ready``: when rank 0 had its model
-    built. Missing marks (a failed run) end the list early.
+    "epoch_seconds"}`` (rank 0's Unix times); ``worker``: rank 0's ``process_start`` (its
+    process began; earlier than ``fit_started`` when Ray reused a prestarted worker) and
+    ``entered`` (the train loop was called). Missing marks (a failed run) end the list early.
     """
     rows: list[tuple[str, float]] = []
     t = marks["process_start"]
@@ -71,10 +61,12 @@ def breakdown(marks: dict[str, float], epochs: list[dict[str, Any]],
     until("imports and config", marks.get("entered"))
     until("ray start", marks.get("ray_started"))
     until("driver set-up (plan, network, datasets)", marks.get("fit_started"))
-    first = epochs[0]["started_at"] if epochs else None
-    until("worker group start", workers_ready if workers_ready and first else first)
-    if workers_ready and first:
-        until("worker set-up (model, DDP)", first)
+    if epochs:
+        worker = worker or {}
+        until("worker group start (Train controller, worker processes)",
+              worker.get("process_start"))
+        until("worker process start-up (imports, Train's process group)", worker.get("entered"))
+        until("worker set-up (model, DDP, dataset shards)", epochs[0]["started_at"])
     for i, e in enumerate(epochs):
         if i:
             until(f"epoch {epochs[i - 1]['epoch']} checkpoint", e["started_at"])

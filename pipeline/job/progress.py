@@ -54,7 +54,7 @@ class ProgressMonitor:
         self.resumed_ids: dict[int, object] = {}
         self.probe: dict | None = None  # the end-of-run link probe, from rank 0
         self.attempts: list[dict | None] = []  # rank 0's starts: None, then where it resumed
-        self.ready_at: float | None = None  # Unix time rank 0 first had its model built
+        self.worker_marks: dict[str, float] = {}  # rank 0's first start (Unix times)
         self.nccl_received: dict[int, dict | None] = {}  # rank → its NCCL plan (None: no GPU)
         self._reported: set[int] = set()
         self._stop = threading.Event()
@@ -108,7 +108,7 @@ class ProgressMonitor:
                 self.nccl_received[record["rank"]] = record.get("nccl_plan")
             if record["type"] == "start" and record["rank"] == 0:
                 self.attempts.append(record["resumed"])
-                self.ready_at = self.ready_at or record.get("ready_at")
+                self.worker_marks = self.worker_marks or record["marks"]
                 if record["resumed"]:
                     self.console.print(f"restarted: resuming epoch {record['resumed']['epoch'] + 1}"
                                        f" after step {record['resumed']['step']}")

@@ -191,7 +191,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                 raise BadSampleThresholdError(reason) from exc
             raise
     clock.mark("fit_done")
-    clock.workers_ready = monitor.ready_at
+    clock.worker = monitor.worker_marks
     clock.epochs = monitor.epoch_metrics
 
     bad = ray.get(quarantine.records.remote(), timeout=60)

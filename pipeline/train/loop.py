@@ -45,6 +45,7 @@ from pipeline.data.cache import (
     rank_cache,
 )
 from pipeline.data.config import RaySource
+from pipeline.procfs import process_start
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
 from pipeline.train import checkpoint
@@ -185,6 +186,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     """Entry point given to ``TorchTrainer``; ``loop_config = {"spec": WorkerSpec}``."""
     import ray.train
 
+    marks = {"process_start": process_start(), "entered": time.time()}
+
     spec: WorkerSpec = loop_config["spec"]
     cfg = spec.config
     ctx = ray.train.get_context()
@@ -210,7 +213,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     resume = checkpoint.load(model, optimizer, device, cfg.train.resume_from, scheduler)
     meta = {"task": task_name(stepper.task), "model": cfg.train.model,
             "input_shape": list(spec.sample_shape), "num_classes": spec.num_classes}
-    spec.reporter.push.remote({"type": "start", "rank": rank, "ready_at": time.time(),
+    spec.reporter.push.remote({"type": "start", "rank": rank, "marks": marks,
                                "nccl_plan": nccl_plan,
                                "resumed": None if resume is None else
                                {"epoch": resume.epoch, "step": resume.step,
