@@ -17,9 +17,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.collective import CollectiveConfig, classify_link
-from pipeline.collective.bench import size_sweep
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=2, help="ranks (Ray actors), >= 2")
@@ -35,7 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from pipeline.cluster.session import ray_session
-    from pipeline.collective import cluster
+    from pipeline.collective import CollectiveConfig, classify_link, cluster
+    from pipeline.collective.bench import size_sweep  # torch: only for this command
 
     console = Console()
     sizes = size_sweep(args.max_size)

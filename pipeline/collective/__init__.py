@@ -2,44 +2,25 @@
 NCCL-log check, DDP overlap, bandwidth probe.
 
 Nothing here imports Ray except :mod:`pipeline.collective.cluster`, which imports it lazily.
+The names below load on first use: a driver that only plans (advice, topology) must not pay for
+torch, which the bandwidth probe and DDP need.
 """
 
-from pipeline.collective.advice import Advice, advise
-from pipeline.collective.backend import choose_backend
-from pipeline.collective.bench import classify_link, measure_collectives
-from pipeline.collective.config import CollectiveConfig
-from pipeline.collective.ddp import wrap_ddp
-from pipeline.collective.nccl_log import check_nccl_log, parse_nccl_log
-from pipeline.collective.process_group import (
-    CollectiveTimeoutError,
-    collective_guard,
-    init_process_group,
-)
-from pipeline.collective.rails import Rails, pair_rails
-from pipeline.collective.ranks import RankPlan, apply_rank_plan, plan_ranks
-from pipeline.collective.straggler import gather_step_times, straggler_summary
-from pipeline.collective.topology import Topology, detect_topology
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "Advice",
-    "CollectiveConfig",
-    "CollectiveTimeoutError",
-    "Rails",
-    "RankPlan",
-    "Topology",
-    "advise",
-    "apply_rank_plan",
-    "check_nccl_log",
-    "choose_backend",
-    "classify_link",
-    "collective_guard",
-    "detect_topology",
-    "gather_step_times",
-    "init_process_group",
-    "measure_collectives",
-    "pair_rails",
-    "parse_nccl_log",
-    "plan_ranks",
-    "straggler_summary",
-    "wrap_ddp",
-]
+_WHERE = {"Advice": "advice", "CollectiveConfig": "config",
+          "CollectiveTimeoutError": "process_group", "Rails": "rails", "RankPlan": "ranks",
+          "Topology": "topology", "advise": "advice", "apply_rank_plan": "ranks",
+          "check_nccl_log": "nccl_log", "choose_backend": "backend", "classify_link": "bench",
+          "collective_guard": "process_group", "detect_topology": "topology",
+          "gather_step_times": "straggler", "init_process_group": "process_group",
+          "measure_collectives": "bench", "pair_rails": "rails", "parse_nccl_log": "nccl_log",
+          "plan_ranks": "ranks", "straggler_summary": "straggler", "wrap_ddp": "ddp"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(f"pipeline.collective.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'pipeline.collective' has no attribute {name!r}")

@@ -1,9 +1,19 @@
 """Transfer stage: host batches → device, with one host copy, pinned reusable staging and
-asynchronous copies that overlap compute. Runs in any torch loop; never imports Ray."""
+asynchronous copies that overlap compute. Runs in any torch loop; never imports Ray.
 
-from pipeline.transfer.config import TransferConfig
-from pipeline.transfer.device import DeviceChoice, detect_device
-from pipeline.transfer.feeder import DeviceFeeder
-from pipeline.transfer.stats import TransferStats
+The names below load on first use: the driver reads ``TransferConfig`` and must not pay for
+torch, which the feeder needs.
+"""
 
-__all__ = ["DeviceChoice", "DeviceFeeder", "TransferConfig", "TransferStats", "detect_device"]
+from importlib import import_module
+from typing import Any
+
+_WHERE = {"DeviceChoice": "device", "DeviceFeeder": "feeder", "TransferConfig": "config",
+          "TransferStats": "stats", "detect_device": "device"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(f"pipeline.transfer.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'pipeline.transfer' has no attribute {name!r}")
