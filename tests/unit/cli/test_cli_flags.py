@@ -72,3 +72,13 @@ def test_run_refuses_bad_config_before_starting_ray(tmp_path, capsys):
     config.write_text("data: {source: {kind: parquet}}\n")
     assert main(["run", str(config)]) == 2
     assert "data.source.path: required field is missing" in capsys.readouterr().err
+
+
+def test_building_the_parser_imports_neither_torch_nor_ray():
+    # a fresh interpreter: this test session has imported both; `pipeline --help` and a refused
+    # config must not wait for them
+    code = ("import sys; from pipeline.cli.main import build_parser; build_parser(); "
+            "print(sorted({'torch', 'ray'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout
+    assert out.strip() == "[]"
