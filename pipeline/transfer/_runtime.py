@@ -183,6 +183,12 @@ class Runtime:
             self.where = f"waiting for the consumer to take batch {n}"
             if not self._put(ready):
                 return
+            # The consumer holds the batch now, and its last reference must drop in the
+            # consumer's thread: the caching allocator records a freed tensor's stream uses in
+            # the thread that frees it, and the per-thread default stream (cudaStreamPerThread)
+            # names that thread's stream. Freed here, a consumer on that stream could read a
+            # batch the copy stream is already overwriting (tests/gpu saw it on an H200).
+            del ready, batch
             n += 1
 
     def _stage(self, slot: Slot, batch: Any, n: int, device_s: float) -> _Ready:

@@ -2,7 +2,9 @@
 uint8 normalisation, the stall watchdog and argument errors (CPU device)."""
 
 import threading
+import time
 import tracemalloc
+import weakref
 
 import numpy as np
 import pytest
@@ -228,3 +230,27 @@ def test_cpu_tensors_and_pass_through_leaves():
     assert torch.equal(out["t"], batch["t"]) and out["t"].dtype == torch.bfloat16
     assert out["t"].data_ptr() != batch["t"].data_ptr()
     assert out["ids"] == ["a", "b"] and out["step"] == 3
+
+
+@pytest.mark.timeout(30)
+def test_a_handed_over_batch_is_freed_in_the_consumer_thread():
+    # The producer keeps no reference to a batch it handed over, so the batch dies in the
+    # consumer's thread (what makes record_stream on a per-thread default stream correct on
+    # CUDA). The source blocks after batch 0: the producer waits in next() with batch 0 done.
+    release = threading.Event()
+
+    def source():
+        yield {"x": np.zeros(1024, np.float32)}
+        release.wait(10)
+        yield {"x": np.ones(1024, np.float32)}
+
+    died_in = []
+    with DeviceFeeder(source(), device="cpu", depth=1) as feeder:
+        it = iter(feeder)
+        batch = next(it)
+        weakref.finalize(batch["x"], lambda: died_in.append(threading.current_thread().name))
+        del batch
+        time.sleep(0.3)  # the producer is in the source's next() now
+        threading.Timer(0.5, release.set).start()
+        assert float(next(it)["x"][0]) == 1.0
+    assert died_in == [threading.main_thread().name]
