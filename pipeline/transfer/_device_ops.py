@@ -85,9 +85,9 @@ class CudaOps:
         self._stream: torch.cuda.Stream | None = None
 
     def start_thread(self) -> None:
-        """Producer thread: bind the device (per thread in CUDA) and create the copy stream."""
+        """Producer thread: bind the device (per thread in CUDA) and take the copy stream."""
         torch.cuda.set_device(self.device)
-        self._stream = torch.cuda.Stream(device=self.device)
+        self._stream = _copy_stream(self.device)
 
     def allocate(self, nbytes: int, pinned: bool) -> torch.Tensor:
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
@@ -140,6 +140,22 @@ class CudaOps:
         stream.wait_event(slot.done)
         for tensor in tensors:
             tensor.record_stream(stream)
+
+
+_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+_STREAMS_LOCK = threading.Lock()
+
+
+def _copy_stream(device: torch.device) -> torch.cuda.Stream:
+    """The process's copy stream for ``device``, shared by every feeder. The caching allocator
+    keeps freed blocks per stream: a feeder per epoch on a stream of its own would leave its
+    blocks cached for a stream no one uses again and ``cudaMalloc`` new ones (tests/gpu saw one
+    new segment per feeder on an H200). Feeders running at once queue their copies on it in
+    order, which the one host-to-device link does anyway."""
+    with _STREAMS_LOCK:
+        if device not in _STREAMS:
+            _STREAMS[device] = torch.cuda.Stream(device=device)
+        return _STREAMS[device]
 
 
 def ops_for(device: torch.device) -> CpuOps | CudaOps:
