@@ -4,7 +4,9 @@ NVML (``pynvml`` from nvidia-ml-py) is preferred because it needs no subprocess 
 GPU×GPU link matrix directly. ``nvidia-smi`` is the fallback where the library is absent, and
 the PCI scan still finds GPUs (without names or links) on a node whose driver is broken, which
 is exactly when a user runs ``pipeline doctor``. GPU→NIC distances come from the NIC columns of
-``nvidia-smi topo -m`` when its output is at hand, else from the PCI tree (:mod:`._pci`).
+``nvidia-smi topo -m`` when its output is at hand (run beside NVML too, which has no NIC
+distances nor NUMA affinity; a VM's sysfs often says NUMA -1), else from the PCI tree
+(:mod:`._pci`).
 
 On a non-``/`` root nothing is executed: the recordings in :data:`RECORDINGS` stand for the
 tools, and a missing one is a note (the doctor shows it), not a silent fallback.
@@ -57,7 +59,9 @@ def detect(root: Path, live: bool, notes: list[str], rdma: list[str]) -> Found:
     Appends to ``notes`` why a better source was not used."""
     found = _from_nvml(root, notes) if live else None
     topo_text = None
-    if found is None:
+    if found is not None:  # NVML gives neither NIC distances nor NUMA affinity; topo -m does
+        topo_text = run_tool(root, live, "nvidia-smi-topo-m", _TOPO, notes)
+    else:
         query = run_tool(root, live, "nvidia-smi-query-gpu", _QUERY, notes)
         if query is not None:
             found = Found(parse_query(query, root), "nvidia-smi")

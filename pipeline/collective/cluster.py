@@ -35,8 +35,10 @@ def ray_in_use(address: str | None) -> bool:
     """Whether a command should work on a cluster rather than on this machine alone."""
     if address or os.environ.get("RAY_ADDRESS"):
         return True
-    import ray
-
+    try:
+        import ray
+    except ImportError:  # a node checked before Ray is installed (pipeline doctor)
+        return False
     return ray.is_initialized()
 
 

@@ -165,6 +165,20 @@ def test_topo_parser_reads_space_separated_old_output_with_soc():
     assert topo.cpu_affinity == {0: "0-11", 1: "12-23"} and topo.problems == ()
 
 
+# `nvidia-smi topo -m` on a one-GPU H200 VM (driver 580.159.04), as captured through the device
+# tool on 2026-12-04: ANSI underline codes in the header, and an empty cell (two tabs) before
+# "GPU NUMA ID". sysfs there says NUMA -1 for the GPU; this row is where NUMA 0 comes from.
+H200_VM = ("\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+           "GPU0\t X \t0-15\t0\t\tN/A\n\nLegend:\n\n  X    = Self\n")
+
+
+def test_topo_parser_reads_a_single_gpu_vm_with_ansi_codes_and_an_empty_cell():
+    topo = parse_topo(H200_VM)
+    assert topo.gpus == (0,) and topo.gpu_links == (("X",),)
+    assert topo.cpu_affinity == {0: "0-15"} and topo.numa_affinity == {0: 0}
+    assert topo.problems == ()
+
+
 def test_topo_parser_reports_what_it_cannot_read():
     assert parse_topo("nvidia-smi: command not found").problems == (
         "nvidia-smi topo -m: no header row with GPU0",)
