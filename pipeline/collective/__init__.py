@@ -2,8 +2,8 @@
 NCCL-log check, DDP overlap, bandwidth probe.
 
 Nothing here imports Ray except :mod:`pipeline.collective.cluster`, which imports it lazily.
-The names below load on first use: a driver that only plans (advice, topology) must not pay for
-torch, which the bandwidth probe and DDP need.
+The names below load on first use: what only reads the config (the CLI's parser) must not pay
+for torch, which the bandwidth probe and DDP need.
 """
 
 from importlib import import_module

@@ -1,8 +1,8 @@
 """Transfer stage: host batches → device, with one host copy, pinned reusable staging and
 asynchronous copies that overlap compute. Runs in any torch loop; never imports Ray.
 
-The names below load on first use: the driver reads ``TransferConfig`` and must not pay for
-torch, which the feeder needs.
+The names below load on first use: what only reads ``TransferConfig`` (the CLI's parser, a
+config check) must not pay for torch, which the feeder needs.
 """
 
 from importlib import import_module
