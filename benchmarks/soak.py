@@ -130,9 +130,9 @@ def calibrate(args: argparse.Namespace) -> int:
 
     probe = pipeline.run(args.config, sets=args.sets, show_progress=False, **{
         "train.epochs": 2, "run.output": f"{args.output}/calibrate", "profile.enabled": False})
-    epoch_s = sum(json.loads(line)["epoch_seconds"] for line in
-                  (probe.output / "metrics.jsonl").read_text().splitlines()
-                  ) / 2 * 1.1  # + validation and checkpoint per epoch (measured: ~10%)
+    epoch_s = sum(r["epoch_seconds"] for r in map(json.loads, (probe.output / "metrics.jsonl")
+                                                   .read_text().splitlines())
+                  if r.get("type") != "pool") / 2 * 1.1  # + validation, checkpoint (~10%)
     return max(2, math.ceil(args.minutes * 60 / epoch_s))
 
 

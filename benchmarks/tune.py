@@ -50,8 +50,9 @@ def measure(config: str | Path, sets: list[str], out: Path) -> dict:
 
     result = pipeline.run(config, show_progress=False,
                           sets=[*sets, f"run.output={out}", "collective.probe=false"])
-    rates = [json.loads(line)["samples_per_second"]
-             for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["samples_per_second"] for r in map(json.loads, (out / "metrics.jsonl")
+                                                  .read_text().splitlines())
+             if r.get("type") != "pool"]  # epochs, not the pool controller's decisions
     return {"samples_per_s": user_wait_rate(result.summary),
             "steady_samples_per_s": statistics.median(rates[1:] or rates),
             "wall_s": result.summary["wall_seconds"],

@@ -94,6 +94,14 @@ class DataConfig:
     seed: int = option(0, "seed of the split and of any augmentation")
     concurrency: tuple[int, int] = option((1, 2), "[min, max] preprocessing actors (autoscaled)",
                                           ge=1)
+    autoscale: bool = option(True, "size the decode pool within concurrency by the trainers' "
+                                   "data wait (grow while they wait and the actors are busy, "
+                                   "shrink when they never wait and the actors idle), and ask "
+                                   "Ray's autoscaler for preprocessing nodes when the pool "
+                                   "outgrows the cluster; false leaves sizing to Ray Data's own "
+                                   "queue-based actor autoscaler")
+    autoscale_cooldown_s: float = option(10.0, "seconds between two pool changes (new actors "
+                                               "take seconds to start)", gt=0)
     cpus_per_actor: float = option(1.0, "CPUs each preprocessing actor reserves", gt=0)
     placement: PlacementConfig = field(default_factory=PlacementConfig, metadata={
         "doc": "nodes the preprocessing actors run on (CPU nodes)"})
@@ -121,6 +129,19 @@ class DataConfig:
                                                "(width x height) are quarantined as 'too_large' "
                                                "before decoding; the default is Pillow's own "
                                                "limit (Image.MAX_IMAGE_PIXELS)", ge=1)
+
+    @property
+    def ours(self) -> bool:
+        """Whether the decode actors are Feedline's (their pulses feed the pool controller);
+        a ``ray`` source's pools are the user's."""
+        return not isinstance(self.source, RaySource)
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the controller sizes the pool: ``autoscale`` on, a range to size within, and
+        Feedline's own decode actors (a ``ray`` source's pools are the user's)."""
+        low, high = self.concurrency
+        return self.autoscale and low < high and self.ours
 
     @property
     def cache_mode(self) -> str:

@@ -102,20 +102,26 @@ def _blocks(table: pa.Table, rows_per_block: int) -> list[pa.Table]:
 
 
 def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: Any,
-          rows_per_block: int):
+          rows_per_block: int, pulse: Any = None):
     import ray.data
+
+    from pipeline.data.live_limits import LivePool
 
     low, high = config.concurrency
     # from_blocks, not from_arrow: the blocks' metadata is computed here, where the tables are;
     # from_arrow sends a task per block for it, which starts workers that import Ray Data
     # (~1 s of a job's start-up on 2 cores, competing with Ray Train's own start).
+    pool = (LivePool(board=pulse, cpus_per_actor=config.cpus_per_actor, min_size=low,
+                     max_size=high)  # the elastic controller's size (pipeline.job.elastic)
+            if pulse is not None and config.elastic else
+            ray.data.ActorPoolStrategy(min_size=low, max_size=high))
     ds = ray.data.from_blocks(_blocks(manifest, rows_per_block))
     ds.context.enable_progress_bars = False  # the driver shows Feedline's own progress
     return ds.map_batches(
         SampleReader,
-        fn_constructor_kwargs={"spec": spec, "quarantine": quarantine},
+        fn_constructor_kwargs={"spec": spec, "quarantine": quarantine, "pulse": pulse},
         batch_size=config.decode_batch_size,
-        compute=ray.data.ActorPoolStrategy(min_size=low, max_size=high),
+        compute=pool,
         num_cpus=config.cpus_per_actor,
         batch_format="numpy",
         **config.placement.ray_options(),
@@ -124,10 +130,11 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
 
 def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: Any = None,
                    source: tuple[SourcePlan, ReaderSpec] | None = None,
-                   datasets: Any = None) -> DataPlan:
+                   datasets: Any = None, pulse: Any = None) -> DataPlan:
     """Build the train (and validation) datasets from ``source`` (:func:`plan_source`'s result),
     planning it here when not given; a ``ray`` source takes ``datasets`` (given to
-    ``pipeline.run``) or calls its function. Runs on the driver."""
+    ``pipeline.run``) or calls its function. The training set's decode actors send their busy
+    time to ``pulse`` (``data.autoscale``). Runs on the driver."""
     if isinstance(config.source, RaySource):
         from pipeline.data.sources.ray_dataset import plan_ray
 
@@ -153,7 +160,7 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
                                   zip(manifest.column("id").to_numpy(), counts, strict=True)])
             is_val = validation_mask(ids, config.val_fraction, config.seed)
             num_val, train_ids = int(is_val.sum()), ids[~is_val]
-        train = _read(manifest, train_spec, config, quarantine, rows_per_block)
+        train = _read(manifest, train_spec, config, quarantine, rows_per_block, pulse)
         val = (_read(manifest, val_spec, config, quarantine, rows_per_block)
                if config.val_fraction > 0 else None)
         shape, field, num_train = (len(spec.features),), "features", total - num_val
@@ -163,7 +170,7 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
                                  config.seed)
         train_manifest = manifest.filter(pa.array(~is_val))
         val_manifest = manifest.filter(pa.array(is_val))
-        train = _read(train_manifest, spec, config, quarantine, rows_per_block)
+        train = _read(train_manifest, spec, config, quarantine, rows_per_block, pulse)
         val = (_read(val_manifest, spec, config, quarantine, rows_per_block)
                if val_manifest.num_rows else None)
         height, width = config.image_size

@@ -15,6 +15,8 @@ in :mod:`pipeline.data.bad_samples` (their names are importable from here too).
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,8 @@ __all__ = ["MIN_SAMPLES_FOR_FRACTION", "SPECIAL_FILES", "Z", "BadSample",
 logger = logging.getLogger(__name__)
 
 Batch = dict[str, np.ndarray]
+
+PULSE_S = 1.0  # an actor sends its decode time at most this often (pipeline.job.elastic)
 
 
 @dataclass(frozen=True)
@@ -68,9 +72,12 @@ class ReaderSpec:
 class SampleReader(ImageReading, TableReading):
     """Ray Data actor UDF: manifest batch in, decoded rows out; picklable."""
 
-    def __init__(self, spec: ReaderSpec, quarantine: Any = None):
+    def __init__(self, spec: ReaderSpec, quarantine: Any = None, pulse: Any = None):
         self.spec = spec
         self.quarantine = quarantine
+        # decode time for the elastic controller (pipeline.job.elastic): a RunInbox, or None
+        self.pulse, self._busy, self._pushed = pulse, 0.0, time.monotonic()
+        self._name = uuid.uuid4().hex[:8]
         self.seen = self.bad = self.consecutive_bad = self.longest_bad_run = 0
         self.first_bad: list[dict[str, Any]] = []
         self.abandoned = 0  # read threads left stuck in a read
@@ -109,6 +116,20 @@ class SampleReader(ImageReading, TableReading):
             raise BadSampleThresholdError(message)
 
     def __call__(self, batch: Batch) -> Batch:
+        if self.pulse is None:
+            return self._convert(batch)
+        start = time.monotonic()
+        try:
+            return self._convert(batch)
+        finally:
+            now = time.monotonic()
+            self._busy += now - start
+            if now - self._pushed >= PULSE_S:
+                self.pulse.push.remote({"type": "decode", "actor": self._name,
+                                        "busy_s": self._busy, "t": time.time()})
+                self._busy, self._pushed = 0.0, now
+
+    def _convert(self, batch: Batch) -> Batch:
         out, bad = self._images(batch) if self.spec.kind == "image" else self._tables(batch)
         if bad:
             logger.warning("quarantined %d bad sample(s), first: %s", len(bad), bad[0])

@@ -25,3 +25,14 @@ class RunInbox:
     def drain(self) -> list[dict[str, Any]]:
         out, self._pending = self._pending, []
         return out
+
+    # -- the other way: the decode pool's CPU limit, set by the driver's elastic controller and
+    # read by the process that runs the training dataset (pipeline.data.live_limits)
+
+    _pool_cpus = float("inf")
+
+    def set_pool_cpus(self, cpus: float) -> None:
+        self._pool_cpus = cpus
+
+    def pool_cpus(self) -> float:
+        return self._pool_cpus

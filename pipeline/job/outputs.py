@@ -39,7 +39,8 @@ def write_profile(config: Config, output: Path, monitor: ProgressMonitor, *,
                            "epoch": m["epoch"]})
     save_profile(output, ranks=ranks, merged=merged, data_ops=monitor.data_ops,
                  throughput=throughput, context=context, events=monitor.events,
-                 diagnosis=diagnosis)
+                 diagnosis=diagnosis,
+                 pool=monitor.pool.summary() if monitor.pool is not None else None)
     write_artifacts(output, load_profile(output), diagnosis)
     return summary_fields(merged, diagnosis)
 

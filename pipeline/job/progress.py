@@ -32,13 +32,14 @@ class ProgressMonitor:
 
     def __init__(self, reporter: Any, *, epochs: int, samples_per_epoch: int, world_size: int,
                  metrics_path: Path, console: Console, show: bool = True,
-                 delivered_dir: Path | None = None):
+                 delivered_dir: Path | None = None, pool: Any = None):
         self.reporter = reporter
         self.epochs = epochs
         self.world_size = world_size
         self.metrics_path = metrics_path
         self.delivered_dir = delivered_dir  # each finished epoch's ids, as it ends
         self.console = console
+        self.pool = pool  # a PoolController (data.autoscale): gets the wait and decode pulses
         self.epoch_records: dict[int, dict[int, dict]] = defaultdict(dict)
         self.epoch_metrics: list[dict] = []
         self.transfer: dict[int, dict] = {}
@@ -83,6 +84,11 @@ class ProgressMonitor:
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
             self._drain()
+            if self.pool is not None:
+                try:
+                    self.pool.tick()
+                except Exception:  # a failed decision must not stop the progress display
+                    logger.exception("pool controller")
 
     def _drain(self) -> None:
         import ray
@@ -93,7 +99,10 @@ class ProgressMonitor:
             logger.warning("progress reporter unavailable: %s", exc)
             return
         for record in records:
-            if record["type"] == "progress":
+            if record["type"] in ("wait", "decode"):
+                if self.pool is not None:
+                    self.pool.observe(record)
+            elif record["type"] == "progress":
                 done = record["epoch"] * self._samples_per_epoch + record["samples"]
                 self._progress.update(self._task, completed=done, epoch=record["epoch"] + 1)
             elif record["type"] == "epoch":

@@ -29,6 +29,7 @@ from pipeline.data.reader import BadSampleThresholdError, ReaderSpec
 from pipeline.data.sources import SourcePlan, skipped_fields
 from pipeline.job.breakdown import JobClock
 from pipeline.job.delivered import EPOCHS_DIR, discard, merge_earlier, write_delivered
+from pipeline.job.elastic import PoolController
 from pipeline.job.inbox import RunInbox
 from pipeline.job.network import nccl_advice, pool_cpus
 from pipeline.job.outputs import sum_transfer, write_profile
@@ -69,9 +70,8 @@ def _controller_poll(seconds: float):
 
 
 def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpec,
-             env: dict[str, str], backend: str, output: Path):
+             env: dict[str, str], backend: str, output: Path, board: Any):
     """The Ray Train ``TorchTrainer`` for this job: workers, placement, failures, data budget."""
-    from ray.data import ExecutionOptions, ExecutionResources
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig
 
@@ -95,12 +95,29 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
             failure_config=FailureConfig(max_failures=train.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=train.keep_checkpoints)),
         datasets=datasets,
-        # Ray Data's budget is what the trainers leave: the two never compete for CPUs. Kept
-        # block order makes streaming_split hand every rank the same rows in every run.
-        dataset_config=DataConfig(execution_options=ExecutionOptions(
-            resource_limits=ExecutionResources(cpu=plan.data_cpus),
-            preserve_order=train.deterministic or data.keep_order)),
+        dataset_config=DataConfig(execution_options=_execution_options(config, plan, data,
+                                                                       board)),
     )
+
+
+def _execution_options(config: Config, plan: ResourcePlan, data: DataPlan,
+                       board: Any) -> dict[str, Any]:
+    """Each dataset's Ray Data options. Ray Data's budget is what the trainers leave: the two
+    never compete for CPUs. Kept block order makes streaming_split hand every rank the same
+    rows in every run. With ``data.autoscale`` the training set's CPU limit is the pool
+    controller's, read live from ``board`` (:mod:`pipeline.data.live_limits`)."""
+    from ray.data import ExecutionOptions, ExecutionResources
+
+    common = {"resource_limits": ExecutionResources(cpu=plan.data_cpus),
+              "preserve_order": config.train.deterministic or data.keep_order}
+    options = {"train": ExecutionOptions(**common), "val": ExecutionOptions(**common)}
+    if config.data.elastic:
+        from pipeline.data.live_limits import LiveLimits
+
+        # the controller's limit replaces the static one: preprocessing nodes may join
+        options["train"] = LiveLimits(board=board, **common | {"resource_limits":
+                                                                 ExecutionResources()})
+    return options
 
 
 def last_checkpoint(output: Path) -> dict[str, Any] | None:
@@ -159,7 +176,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     quarantine = QuarantineLog.options(**_on_this_node()).remote(config.run.name)
     reporter = RunInbox.options(**_on_this_node()).remote()
     data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
-                          quarantine=quarantine, source=source, datasets=datasets)
+                          quarantine=quarantine, source=source, datasets=datasets,
+                          pulse=reporter if config.data.ours else None)
     what = (f"{len(data.classes)} classes" if data.classes
             else f"input {data.field!r} {list(data.sample_shape)}")
     console.print(f"[bold]data[/]: {data.num_train:,} train / {data.num_val:,} validation samples, "
@@ -169,12 +187,17 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                       has_val=data.val is not None, reporter=reporter,
                       num_train=data.num_train, num_val=data.num_val, task=task,
                       row_bytes=data.row_bytes, rank_plans=network["rank_plans"])
-    trainer = _trainer(config, plan, data, spec, network["env"], backend, output)
+    trainer = _trainer(config, plan, data, spec, network["env"], backend, output, reporter)
+    pool = (PoolController(config.data, reporter, run=config.run.name,
+                           metrics_path=output / "metrics.jsonl", console=console,
+                           world_size=config.train.num_workers, train_cpus=plan.train_cpus,
+                           act=config.data.elastic)
+            if config.data.ours else None)
     with ProgressMonitor(reporter, epochs=config.train.epochs,
                          samples_per_epoch=data.num_train, world_size=config.train.num_workers,
                          metrics_path=output / "metrics.jsonl", console=console,
                          show=show_progress,
-                         delivered_dir=output / EPOCHS_DIR) as monitor:
+                         delivered_dir=output / EPOCHS_DIR, pool=pool) as monitor:
         clock.mark("fit_started")
         try:
             with _controller_poll(CONTROLLER_POLL_S):
@@ -190,6 +213,9 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                                  output / "quarantine.jsonl")
                 raise BadSampleThresholdError(reason) from exc
             raise
+        finally:
+            if pool is not None:
+                pool.close()  # no autoscaler request outlives the run
     clock.mark("fit_done")
     clock.worker = monitor.worker_marks
     clock.epochs = monitor.epoch_metrics
@@ -243,6 +269,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         "transfer": sum_transfer(monitor.transfer),
         "straggler": final.get("straggler"),
         "plan": plan.as_dict(),
+        "autoscale": pool.summary() if pool is not None else {"enabled": False},
         "data": {"origin": data.origin, "classes": list(data.classes),
                  "num_train": data.num_train, "num_val": data.num_val},
         "bad_samples": len(bad),

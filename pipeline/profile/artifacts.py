@@ -26,8 +26,9 @@ def write_artifacts(run_dir: str | Path, profile: SavedProfile, diagnosis: Diagn
     out = {}
     if timeline:
         out[TIMELINE_FILE] = write_timeline(run_dir / TIMELINE_FILE, profile.events,
-                                            profile.data_ops)
+                                            profile.data_ops, profile.pool)
     out[BREAKDOWN_FILE] = plot_breakdown(run_dir / BREAKDOWN_FILE, profile.merged,
                                          profile.throughput)
-    out[REPORT_FILE] = write_report(run_dir / REPORT_FILE, diagnosis, profile.merged)
+    out[REPORT_FILE] = write_report(run_dir / REPORT_FILE, diagnosis, profile.merged,
+                                    profile.pool)
     return out

@@ -34,7 +34,8 @@ _MEANING = {
 _EPOCH_COLUMNS = ("startup", "steps", "validation", "report", "checkpoint", "unexplained")
 
 
-def render_report(diagnosis: Diagnosis, merged: Mapping[str, Any]) -> str:
+def render_report(diagnosis: Diagnosis, merged: Mapping[str, Any],
+                  pool: Mapping[str, Any] | None = None) -> str:
     """The Markdown text of the report."""
     ev = diagnosis.evidence
     lines = [f"# Profile: {diagnosis.verdict}", "", "## Advice", ""]
@@ -75,6 +76,7 @@ def render_report(diagnosis: Diagnosis, merged: Mapping[str, Any]) -> str:
         shares = " | ".join(f"{training['shares'][p]:.0%}" for p in TRAINING_PHASES)
         lines.append(f"| {rank} | {row['steps']} | {row['step_s']['mean'] * 1e3:.2f} | "
                      f"{row['work_s'] * 1e3:.2f} | {training['wall_s']:.2f} | {shares} |")
+    lines += _pool_lines(pool)
     lines += ["", "Files: `timeline.json` (open in https://ui.perfetto.dev), `breakdown.png`.",
               "Regenerate with `pipeline report RUN_DIR`.", ""]
     return "\n".join(lines)
@@ -118,11 +120,34 @@ def _training_lines(merged: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def write_report(path: str | Path, diagnosis: Diagnosis, merged: Mapping[str, Any]) -> Path:
+def _pool_lines(pool: Mapping[str, Any] | None) -> list[str]:
+    """The decode pool controller's decisions (``data.autoscale``)."""
+    if not pool or not pool.get("enabled"):
+        return []
+    low, high = pool["range"]
+    lines = ["", "## Decode pool (data.autoscale)", "",
+             f"Sized within data.concurrency [{low}, {high}] by the trainers' data wait: "
+             f"ended at {pool['final_size']} actors, at most {pool['max_size']}. A smaller "
+             f"pool takes effect with the next streamed epoch (Ray Data removes only idle "
+             f"actors); growth within a second or two.", ""]
+    decisions = pool.get("decisions") or []
+    if not decisions:
+        return lines + ["No change: the pool it started with kept the trainers fed (or "
+                        "nothing decoded long enough to judge)."]
+    lines += ["| at s | action | actors | wait before | busy before | reason |",
+              "|---:|---|---|---:|---:|---|"]
+    lines += [f"| {d['elapsed_s']:.0f} | {d['action']} | {d['size_before']} → "
+              f"{d['size_after']} | {d['wait_before']:.0%} | {d['busy_before']:.0%} | "
+              f"{d['reason']} |" for d in decisions]
+    return lines
+
+
+def write_report(path: str | Path, diagnosis: Diagnosis, merged: Mapping[str, Any],
+                 pool: Mapping[str, Any] | None = None) -> Path:
     """Write :func:`render_report` to ``path`` (e.g. ``RUN_DIR/report.md``); returns it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(diagnosis, merged))
+    path.write_text(render_report(diagnosis, merged, pool))
     return path
 
 

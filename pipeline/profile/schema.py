@@ -49,6 +49,7 @@ class SavedProfile:
     context: dict[str, Any] = field(default_factory=dict)
     events: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     diagnosis: dict[str, Any] | None = None
+    pool: dict[str, Any] = field(default_factory=dict)  # the decode pool controller's record
 
 
 def save_profile(run_dir: str | Path, *, ranks: Mapping[int, Mapping[str, Any]],
@@ -56,7 +57,8 @@ def save_profile(run_dir: str | Path, *, ranks: Mapping[int, Mapping[str, Any]],
                  throughput: Sequence[Mapping[str, Any]] = (),
                  context: Mapping[str, Any] | None = None,
                  events: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
-                 diagnosis: Diagnosis | None = None) -> Path:
+                 diagnosis: Diagnosis | None = None,
+                 pool: Mapping[str, Any] | None = None) -> Path:
     """Write ``run_dir/profile.json`` atomically; returns its path."""
     doc = {
         "version": VERSION,
@@ -66,6 +68,7 @@ def save_profile(run_dir: str | Path, *, ranks: Mapping[int, Mapping[str, Any]],
         "throughput": [dict(p) for p in throughput],
         "context": dict(context or {}),
         "events": {str(r): list(e) for r, e in (events or {}).items()},
+        "pool": dict(pool or {}),
     }
     if diagnosis is not None:
         doc["diagnosis"] = diagnosis.as_dict()
@@ -109,6 +112,7 @@ def load_profile(run_dir: str | Path) -> SavedProfile:
         context=dict(doc.get("context") or {}),
         events={int(r): e for r, e in (doc.get("events") or {}).items()},
         diagnosis=doc.get("diagnosis"),
+        pool=dict(doc.get("pool") or {}),
     )
 
 

@@ -56,7 +56,10 @@ def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gaug
     rank = dist.get_rank() if dist.is_initialized() else 0
     samples = steps = 0
     loss_sum = torch.zeros((), device=device)  # summed on device: no sync per step
-    last_push = time.perf_counter()
+    last_push = last_pulse = time.perf_counter()
+    pulse = spec.config.data.ours  # each rank's wait, for the pool controller
+    pulse_wait = pulse_step = 0.0
+    pulse_steps = 0
     copy_s = 0.0
     moved = 0
     ids = []  # device tensors; one copy to the host at the end of the epoch, not one per step
@@ -102,14 +105,23 @@ def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gaug
                 stepper.step()
         prof.step_done(samples=size)
         now = time.perf_counter()
+        step_s = now - step_start
         if gauges is not None:
-            gauges.step(samples=size, step_s=now - step_start, wait_s=waited,
-                        h2d_bytes=stats.bytes - moved)
+            gauges.step(samples=size, step_s=step_s, wait_s=waited, h2d_bytes=stats.bytes - moved)
         step_start, moved = now, stats.bytes
         samples += size
         loss_sum += loss.detach().float()
         if on_step is not None and last:
             on_step(steps, ids)
+        if pulse and steps > 1:  # the first batch waits for the pipeline's start, not its pace
+            pulse_wait, pulse_step, pulse_steps = (pulse_wait + waited,
+                                                   pulse_step + step_s, pulse_steps + 1)
+            if now - last_pulse >= PROGRESS_EVERY_S:
+                spec.reporter.push.remote({"type": "wait", "rank": rank, "wait_s": pulse_wait,
+                                           "step_s": pulse_step, "steps": pulse_steps,
+                                           "t": time.time()})
+                pulse_wait = pulse_step = 0.0
+                pulse_steps, last_pulse = 0, now
         if rank == 0 and now - last_push >= PROGRESS_EVERY_S:
             spec.reporter.push.remote({"type": "progress", "epoch": epoch,
                                        "samples": samples * world})
@@ -118,6 +130,10 @@ def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gaug
         with prof.span("data_wait"):
             batch = fetch()
         waited = time.perf_counter() - waited
+    if pulse:  # the pass is over: the controller judges the epoch while validation runs
+        spec.reporter.push.remote({"type": "wait", "rank": rank, "wait_s": pulse_wait,
+                                   "step_s": pulse_step, "steps": pulse_steps,
+                                   "t": time.time(), "epoch_done": epoch + 1})
     seen = torch.cat(ids).cpu().numpy() if ids else np.empty(0, np.int64)
     return samples, steps, float(loss_sum), first_batch_s, seen
 

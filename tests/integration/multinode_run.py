@@ -1,9 +1,17 @@
 """Run in a process of its own: a multi-node `ray.cluster_utils.Cluster` on this machine with
-two preprocessing nodes and one training node (labels + a fake resource), one Feedline job on
-it, and where every actor ran. Prints one JSON line; the cluster is shut down by its owner."""
+two preprocessing nodes and one training node (labels as in cluster.yaml, plus a fake resource),
+one Feedline job on it, and where every actor ran. Prints one JSON line; the cluster is shut
+down by its owner.
+
+The job also exercises the decode pool controller (``data.autoscale``): a sleep per sample
+makes one decode actor feed about a quarter of what the two trainers eat, and the pool starts
+at one actor. Once the first epoch has ended with the grown pool, each training step gets
+slower (a heavier model), so the actors idle and the pool should shrink back."""
 
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 import ray
@@ -12,19 +20,45 @@ from ray.cluster_utils import Cluster
 import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # a script's path is its folder; Ray's workers import from ROOT
+from tests.integration.elastic_transforms import CONTROL, set_costs  # noqa: E402
+
 PRE = {"feedline.io/role": "preprocess"}
 TRAIN = {"feedline.io/role": "train"}
+DECODE_S = 0.025  # per sample: 40 samples/s per actor; the trainers eat ~150 at STEP_S
+STEP_S, HEAVY_STEP_S = 0.15, 0.35  # per training step of 16 samples per rank
+
+
+def heavier_after_first_epoch(metrics: Path, changed: dict) -> None:
+    """Make every step heavier once the pool has grown and the first epoch has ended."""
+    while True:
+        time.sleep(0.5)
+        records = ([json.loads(x) for x in metrics.read_text().splitlines()]
+                   if metrics.exists() else [])
+        grown = any(r.get("type") == "pool" and r["action"] == "grow" for r in records)
+        if grown and any("train_loss" in r for r in records):
+            set_costs(step_s=HEAVY_STEP_S)
+            changed["t"] = time.time()
+            return
 
 
 def main(output: str) -> None:
+    set_costs(decode_s=DECODE_S, step_s=STEP_S)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    changed: dict = {}
     try:
         pre_nodes = [cluster.add_node(num_cpus=2, labels=PRE) for _ in range(2)]
         train_node = cluster.add_node(num_cpus=2, labels=TRAIN, resources={"fake_gpu": 2})
         cluster.wait_for_nodes()
         ray.init(address=cluster.address)
+        threading.Thread(target=heavier_after_first_epoch,
+                         args=(Path(output) / "metrics.jsonl", changed), daemon=True).start()
         result = pipeline.run(ROOT / "examples" / "quickstart.yaml", show_progress=False, sets=[
-            "train.epochs=1", "train.cpus_per_worker=1", "data.concurrency=[2, 4]",
+            "train.epochs=3", "train.batch_size=16", "train.cpus_per_worker=1",
+            "train.model=tests.integration.elastic_transforms:paced_cnn",
+            "data.cache=off", "data.val_fraction=0.05", "data.decode_batch_size=16",
+            "data.concurrency=[1, 8]", "data.cpus_per_actor=0.5",
+            "data.transform=tests.integration.elastic_transforms:injected",
             "data.placement.labels={feedline.io/role: preprocess}",
             "train.placement.labels={feedline.io/role: train}",
             "train.placement.resources={fake_gpu: 1}", f"run.output={output}"])
@@ -32,9 +66,10 @@ def main(output: str) -> None:
                    "node": (a.get("Address") or {}).get("NodeID")}
                   for a in ray._private.state.actors().values()]
         print("FEEDLINE-RESULT " + json.dumps({
-            "summary": result.summary, "actors": actors,
+            "summary": result.summary, "actors": actors, "heavier_at": changed.get("t"),
             "pre_nodes": [n.node_id for n in pre_nodes], "train_node": train_node.node_id}))
     finally:
+        CONTROL.unlink(missing_ok=True)
         ray.shutdown()
         cluster.shutdown()
 

@@ -11,24 +11,62 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(600)
-def test_each_stage_runs_on_its_own_nodes(tmp_path):
-    # Its own process: a driver can join one Ray at a time and the session's Ray is in this one.
+@pytest.fixture(scope="module")
+def multinode(tmp_path_factory):
+    """One job on a simulated multi-node cluster (multinode_run.py), shared by the tests below.
+    Its own process: a driver can join one Ray at a time and the session's Ray is in this one."""
+    run_dir = tmp_path_factory.mktemp("multinode") / "run"
     out = subprocess.run([sys.executable, str(ROOT / "tests/integration/multinode_run.py"),
-                          str(tmp_path / "run")], capture_output=True, text=True, timeout=560,
-                         cwd=ROOT)
+                          str(run_dir)], capture_output=True, text=True, timeout=560, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-4000:]
     [line] = [x for x in out.stdout.splitlines() if x.startswith("FEEDLINE-RESULT ")]
-    report = json.loads(line.removeprefix("FEEDLINE-RESULT "))
+    return json.loads(line.removeprefix("FEEDLINE-RESULT ")) | {"run_dir": run_dir}
+
+
+@pytest.mark.timeout(600)
+def test_each_stage_runs_on_its_own_nodes(multinode):
+    report = multinode
     readers = [a for a in report["actors"] if "MapWorker" in a["class"]]
     trainers = [a for a in report["actors"] if a["class"] == "RayTrainWorker"]
     assert len(readers) >= 2 and len(trainers) == 2, report["actors"]
     assert {a["node"] for a in readers} <= set(report["pre_nodes"])
     assert {a["node"] for a in trainers} == {report["train_node"]}
     summary = report["summary"]
-    assert summary["status"] == "succeeded"
-    assert summary["samples"] == summary["data"]["num_train"]
+    assert summary["status"] == "succeeded" and summary["exactly_once"]
+    assert summary["samples"] == 3 * summary["data"]["num_train"]
     assert summary["plan"]["data_cpus"] == 4  # both preprocessing nodes, no training CPUs taken
+
+
+@pytest.mark.timeout(600)
+def test_the_decode_pool_follows_the_trainers_wait(multinode):
+    pool = multinode["summary"]["autoscale"]
+    decisions, samples = pool["decisions"], pool["samples"]
+    # starved (one actor feeds a quarter of the demand): the pool grows from the minimum
+    grow = decisions[0]
+    assert (grow["action"], grow["size_before"]) == ("grow", 1) and grow["size_after"] >= 3
+    assert grow["wait_before"] > 0.5, grow
+    # ... until the trainers stop waiting, before the model gets heavier
+    heavier = multinode["heavier_at"]
+    assert heavier is not None
+    fed = [s for s in samples if grow["t"] < s["t"] < heavier and s["actors"] > 1]
+    assert fed and min(s["wait"] for s in fed) < 0.05, fed
+    # heavier steps: the trainers never wait, the actors idle, the pool shrinks back
+    shrinks = [d for d in decisions if d["action"] == "shrink" and d["t"] > heavier]
+    assert shrinks, decisions
+    assert shrinks[0]["size_after"] < max(d["size_after"] for d in decisions)
+    assert shrinks[0]["wait_before"] < 0.02 and shrinks[0]["busy_before"] < 0.5
+    # the next execution runs within the smaller pool (Ray Data removes only idle actors, so a
+    # running one keeps its actors until its epoch ends)
+    after = [s for s in samples if s["t"] > shrinks[-1]["t"] and s["actors"]]
+    assert all(s["actors"] <= shrinks[-1]["size_after"] for s in after), after
+    # every decision is visible: metrics.jsonl, the report and the timeline
+    run_dir = multinode["run_dir"]
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in records if r.get("type") == "pool"] == decisions
+    assert "## Decode pool (data.autoscale)" in (run_dir / "report.md").read_text()
+    trace = json.loads((run_dir / "timeline.json").read_text())["traceEvents"]
+    assert any(e["ph"] == "C" and e["name"] == "decode actors" for e in trace)
+    assert sum(e["ph"] == "i" for e in trace) == len(decisions)
 
 
 @pytest.mark.timeout(600)

@@ -1,0 +1,106 @@
+"""Sizing the decode pool from the trainers' data wait (``data.autoscale``): the policy.
+
+Ray Data sizes an actor pool by its own queue: with the whole manifest enqueued at once it grows
+to ``data.concurrency``'s max and decodes the epoch as fast as it can into the object store,
+whether the trainers need the samples yet or not. This policy sizes it by what the trainers wait
+instead, as Cachew and Meta's DPP do. The driver's controller (:mod:`pipeline.job.elastic`)
+feeds it the slowest rank's data-wait fraction and the decode actors' busy time:
+
+- **grow**, judged every few seconds on a short window, while the slowest rank waits more than
+  ``GROW_WAIT`` of its step time and the actors are busy: when decoding is the bottleneck the
+  trainers get ``(1 - wait)`` of what they could eat, so the pool needs ``1 / (1 - wait)`` times
+  the actors it has (at most 4x per decision). Ray Data grows a running pool within seconds.
+- **shrink**, judged when an epoch ends, on its totals: when no rank waited more than
+  ``SHRINK_WAIT``, the epoch's decode work (actor-seconds) spread over its training time needs
+  ``work / (train time x TARGET_BUSY)`` actors. A whole epoch, because a pool that decodes
+  faster than the trainers eat finishes early and stops (its idle time is after its work, not
+  inside it); and at its end, because Ray Data 2.60 removes only idle actors, so a smaller pool
+  starts with the next execution anyway.
+- **hold** otherwise, and for ``cooldown_s`` after every change (new actors take seconds to
+  start; a decision made before they run would double-count the shortage). The band between
+  the two wait thresholds is the hysteresis: a pool that just fed the trainers is kept.
+
+Pure functions of plain numbers: the unit tests drive them with the numbers a real run sent.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+GROW_WAIT = 0.10  # the slowest rank waits more than this share of its step time: grow
+SHRINK_WAIT = 0.02  # every rank waits less than this: the pool may shrink
+BUSY_TO_GROW = 0.6  # actors busier than this share of the time: decoding is the bottleneck
+TARGET_BUSY = 0.75  # a shrunk pool's actors are busy about this much (headroom for bursts)
+MAX_GROWTH = 4.0  # one decision at most quadruples the pool
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the controller saw over one window of a run (all ranks, all decode actors)."""
+
+    wait: float  # the slowest rank's data-wait share of its step time, first batches excluded
+    busy: float  # the decode actors' busy share of the window (decode time / actors x window)
+    actors: int  # decode actors that reported in the window
+    steps: int  # training steps the ranks reported in it (0: nothing to judge)
+
+
+@dataclass(frozen=True)
+class Decision:
+    size: int  # the pool size to run with
+    action: str  # "grow", "shrink" or "hold"
+    reason: str
+
+
+def decide(window: Window, *, size: int, low: int, high: int, since_change_s: float,
+           cooldown_s: float) -> Decision:
+    """The pool size for the next window, from ``size`` (the current target) and the window."""
+    if window.steps == 0:
+        return Decision(size, "hold", "no training steps in the window")
+    if window.actors == 0:  # trainers eat buffered or cached samples: nothing decodes to judge
+        return Decision(size, "hold", "no decode in the window")
+    if since_change_s < cooldown_s:
+        return Decision(size, "hold", f"{since_change_s:.0f} s since the last change "
+                                      f"(cooldown {cooldown_s:g} s)")
+    wait, busy = window.wait, window.busy
+    if wait > GROW_WAIT:
+        if busy < BUSY_TO_GROW:
+            return Decision(size, "hold", f"trainers wait {wait:.0%} but the decode actors are "
+                                          f"busy only {busy:.0%}: not a pool shortage")
+        if size >= high:
+            return Decision(size, "hold", f"trainers wait {wait:.0%} at data.concurrency max "
+                                          f"({high})")
+        # the actors that ran are what delivered (1 - wait): size the pool from them
+        base = max(1, min(size, window.actors or size))
+        need = math.ceil(base / max(1.0 - wait, 1.0 / MAX_GROWTH) - 1e-9)
+        new = min(high, max(size + 1, need))
+        return Decision(new, "grow", f"trainers wait {wait:.0%}, actors busy {busy:.0%}: "
+                                     f"{base} actor(s) deliver {1 - wait:.0%} of the demand")
+    return Decision(size, "hold", f"trainers wait {wait:.1%}, actors busy {busy:.0%}")
+
+
+@dataclass(frozen=True)
+class EpochTotals:
+    """One epoch's totals, over its training steps (first batches excluded)."""
+
+    wait: float  # the slowest rank's data-wait share of its step time
+    work_s: float  # decode actor-seconds of the training set
+    train_s: float  # the slowest rank's training time (the sum of its step times)
+
+
+def decide_epoch(epoch: EpochTotals, *, size: int, low: int, since_change_s: float,
+                 cooldown_s: float) -> Decision:
+    """At the end of an epoch: the pool the next one needs, or ``size``."""
+    if epoch.train_s <= 0 or epoch.work_s <= 0:
+        return Decision(size, "hold", "nothing decoded this epoch (cache replay)")
+    if since_change_s < cooldown_s:
+        return Decision(size, "hold", f"{since_change_s:.0f} s since the last change "
+                                      f"(cooldown {cooldown_s:g} s)")
+    need = max(low, math.ceil(epoch.work_s / (epoch.train_s * TARGET_BUSY) - 1e-9))
+    if epoch.wait < SHRINK_WAIT and need < size:
+        return Decision(need, "shrink", f"trainers waited {epoch.wait:.1%} this epoch; its "
+                                        f"{epoch.work_s:.0f} actor-seconds of decoding over "
+                                        f"{epoch.train_s:.0f} s of training need {need} "
+                                        f"actor(s) at ~{TARGET_BUSY:.0%}")
+    return Decision(size, "hold", f"trainers waited {epoch.wait:.1%} this epoch; {need} "
+                                  f"actor(s) at ~{TARGET_BUSY:.0%} would do its decoding")

@@ -1,0 +1,266 @@
+"""The decode pool's controller on the driver (``data.autoscale``): trainers' wait in, pool out.
+
+Every rank sends its data wait about once a second (``wait`` records) and every decode actor its
+decode time (``decode`` records), both through the :class:`~pipeline.job.inbox.RunInbox` the
+progress monitor drains. Every :data:`TICK_S` the controller judges the last :data:`WINDOW_S`
+for growth (:func:`pipeline.data.elastic.decide`), and at the end of every epoch that epoch's
+totals for shrinking (:func:`~pipeline.data.elastic.decide_epoch`); on a change it
+
+- sets the pool's CPU limit on the inbox, which the running execution reads
+  (:mod:`pipeline.data.live_limits`): Ray Data's actor autoscaler grows the pool into it;
+- asks Ray's autoscaler for preprocessing nodes when the pool outgrows the CPUs of the nodes
+  ``data.placement`` selects, with bundles of that placement only (never a training node's),
+  and withdraws the request once the trainers stop waiting (and at the end of the run);
+- prints a line, appends a ``pool`` record to ``metrics.jsonl`` and sets the
+  ``feedline_decode_pool_target`` gauge. Its samples make the ``decode pool`` track of
+  ``timeline.json`` and the "Decode pool" section of ``report.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from pipeline.data.config import DataConfig
+from pipeline.data.elastic import (
+    GROW_WAIT,
+    SHRINK_WAIT,
+    EpochTotals,
+    Window,
+    decide,
+    decide_epoch,
+)
+
+logger = logging.getLogger(__name__)
+
+TICK_S = 2.0  # how often the controller judges
+WINDOW_S = 4.0  # the span of pulses it judges (only pulses of the pool as it is now)
+
+
+class PoolController:
+    """Runs on the driver; fed by :class:`~pipeline.job.progress.ProgressMonitor`."""
+
+    def __init__(self, config: DataConfig, board: Any, *, run: str, metrics_path: Path,
+                 console: Any, world_size: int = 1, train_cpus: float = 0.0,
+                 act: bool = True):
+        self.config = config
+        # act=False (data.autoscale off, or a fixed pool): only the samples, so the timeline
+        # and summary show how Ray Data's own sizing fed the trainers
+        self.act = act
+        self.board = board  # the RunInbox: pool_cpus is read by the executing dataset
+        self.low, self.high = config.concurrency
+        self.size = self.low
+        self.metrics_path = metrics_path
+        self.console = console
+        self.train_cpus = train_cpus  # CPUs the Train workers hold: never the pool's
+        self.world_size = world_size
+        self._done: dict[int, set[int]] = {}  # epoch → ranks whose training pass ended
+        self.limit = 0.0  # the CPU limit last set on the board
+        self.samples: list[dict[str, Any]] = []  # every tick: t, target, actors, wait, busy
+        self.decisions: list[dict[str, Any]] = []
+        self.requested: int = 0  # CPU bundles asked of Ray's autoscaler now
+        self._pulses: deque[dict[str, Any]] = deque()
+        self._epoch_waits: dict[int, list[float]] = {}  # rank → [wait s, step s] this epoch
+        self._epoch_work = 0.0  # decode actor-seconds this epoch
+        self._lock = threading.Lock()
+        self._changed = self._ticked = time.time()
+        self._start = self._changed
+        self._warned_max = False
+        self._gauge = _gauge(run) if act else None
+        self._publish()
+
+    # -- input ---------------------------------------------------------------------------------
+    def observe(self, record: dict[str, Any]) -> None:
+        """A ``wait`` or ``decode`` record (any thread)."""
+        with self._lock:
+            self._pulses.append(record)
+            if record["type"] == "wait":
+                got = self._epoch_waits.setdefault(record["rank"], [0.0, 0.0])
+                got[0] += record["wait_s"]
+                got[1] += record["step_s"]
+            else:
+                self._epoch_work += record["busy_s"]
+            ended = False
+            if record.get("epoch_done"):
+                done = self._done.setdefault(record["epoch_done"], set())
+                done.add(record["rank"])
+                ended = len(done) == self.world_size
+        if ended:  # every rank's pass is over: judged before the next epoch's pool starts
+            self._done.pop(record["epoch_done"], None)
+            self.epoch_end()
+
+    def window(self, now: float) -> Window:
+        """The last :data:`WINDOW_S`, or less: pulses from the first half of the cooldown
+        after a change describe a pool whose new actors were still starting."""
+        start = max(now - WINDOW_S, self._changed + self.config.autoscale_cooldown_s / 2)
+        with self._lock:
+            while self._pulses and self._pulses[0]["t"] < now - WINDOW_S:
+                self._pulses.popleft()
+            pulses = [p for p in self._pulses if p["t"] >= start]
+        waits: dict[int, list[float]] = {}
+        busy: dict[str, float] = {}
+        steps = 0
+        for p in pulses:
+            if p["type"] == "wait":
+                got = waits.setdefault(p["rank"], [0.0, 0.0])
+                got[0] += p["wait_s"]
+                got[1] += p["step_s"]
+                steps += p["steps"]
+            else:
+                busy[p["actor"]] = busy.get(p["actor"], 0.0) + p["busy_s"]
+        wait = max((w / s for w, s in waits.values() if s > 0), default=0.0)
+        actors = len(busy)
+        share = sum(busy.values()) / (actors * (now - start)) if actors and now > start else 0.0
+        return Window(wait=wait, busy=min(1.0, share), actors=actors, steps=steps)
+
+    # -- decisions -----------------------------------------------------------------------------
+    def tick(self, now: float | None = None) -> None:
+        """Judge the last window if :data:`TICK_S` passed (the monitor calls this every poll)."""
+        now = now or time.time()
+        if now - self._ticked < TICK_S:
+            return
+        self._ticked = now
+        self._publish()  # nodes come and go
+        window = self.window(now)
+        decision = decide(window, size=self.size, low=self.low, high=self.high,
+                          since_change_s=now - self._changed,
+                          cooldown_s=self.config.autoscale_cooldown_s)
+        self.samples.append({"t": now, "target": self.size if self.act else None,
+                             "limit_cpus": self.limit if self.act else None,
+                             "actors": window.actors,
+                             "wait": window.wait, "busy": window.busy})
+        if not self.act:
+            return
+        if decision.size != self.size:
+            self._change(decision, now, wait=window.wait, busy=window.busy,
+                         actors=window.actors)
+        elif "data.concurrency max" in decision.reason and not self._warned_max:
+            self._warned_max = True
+            self.console.print(f"[yellow]pool[/]: {decision.reason}; raise data.concurrency's "
+                               f"max to let the pool grow")
+        self._ask_autoscaler(window)
+
+    def epoch_end(self) -> None:
+        """Every rank finished an epoch's training pass: judge its totals for a smaller pool,
+        while the ranks validate (the next epoch's pulses start a new total)."""
+        now = time.time()
+        with self._lock:
+            waits, work = self._epoch_waits, self._epoch_work
+            self._epoch_waits, self._epoch_work = {}, 0.0
+        if not self.act:
+            return
+        wait = max((w / s for w, s in waits.values() if s > 0), default=0.0)
+        train_s = max((s for _, s in waits.values()), default=0.0)
+        decision = decide_epoch(EpochTotals(wait=wait, work_s=work, train_s=train_s),
+                                size=self.size, low=self.low, since_change_s=now - self._changed,
+                                cooldown_s=self.config.autoscale_cooldown_s)
+        if decision.size != self.size:
+            self._change(decision, now, wait=wait, busy=work / (train_s * self.size),
+                         actors=self.size)
+
+    def _change(self, decision: Any, now: float, *, wait: float, busy: float,
+                actors: int) -> None:
+        record = {"type": "pool", "t": now, "elapsed_s": now - self._start,
+                  "wait_before": wait, "busy_before": min(1.0, busy), "actors_before": actors,
+                  "size_before": self.size, "size_after": decision.size,
+                  "action": decision.action, "reason": decision.reason}
+        self.size, self._changed = decision.size, now
+        self._publish()
+        self._record(record)
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self.decisions.append(record)
+        change = (f" {record['size_before']} → {record['size_after']} decode actors"
+                  if record["size_before"] != record["size_after"] else "")
+        self.console.print(f"pool: {record['action']}{change}: {record['reason']}")
+        with open(self.metrics_path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    def _publish(self) -> None:
+        """The pool's CPU limit: its target, within the CPUs the cluster has now beside the
+        trainers' (a preprocessing node that joined raises it)."""
+        if not self.act:
+            return
+        import ray
+
+        capacity = ray.cluster_resources().get("CPU", 0.0) - self.train_cpus
+        limit = max(self.config.cpus_per_actor,
+                    min(self.size * self.config.cpus_per_actor, capacity))
+        if limit != self.limit:
+            self.board.set_pool_cpus.remote(limit)
+            self.limit = limit
+        if self._gauge is not None:
+            self._gauge.set(self.size)
+
+    # -- Ray's autoscaler ----------------------------------------------------------------------
+    def _ask_autoscaler(self, window: Window) -> None:
+        """Bundles for the whole pool while it outgrows the data nodes and trainers wait;
+        none once they stop waiting (in between, the request stands: nodes take minutes)."""
+        placement = self.config.placement
+        if not placement.labels and not placement.resources:
+            return  # a CPU-only request could start a training node: ask only for data nodes
+        from pipeline.job.network import pool_cpus
+
+        need = self.size * self.config.cpus_per_actor
+        have = pool_cpus(placement) or 0.0
+        if window.wait > GROW_WAIT and need > have:
+            want = self.size
+        elif window.wait < SHRINK_WAIT:
+            want = 0
+        else:
+            want = self.requested
+        if want == self.requested:
+            return
+        request_preprocessing(self.config, want)
+        self.requested = want
+        now = time.time()
+        self._record({"type": "pool", "t": now, "elapsed_s": now - self._start,
+                      "wait_before": window.wait, "busy_before": window.busy,
+                      "actors_before": window.actors, "size_before": self.size,
+                      "size_after": self.size, "action": "request" if want else "withdraw",
+                      "reason": (f"{need:g} CPUs wanted, {have:g} on the preprocessing nodes: "
+                                 f"asked Ray's autoscaler for {want} bundle(s)" if want else
+                                 "trainers no longer wait: autoscaler request withdrawn")})
+
+    def close(self) -> None:
+        if self.requested:
+            request_preprocessing(self.config, 0)
+            self.requested = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {"enabled": self.act, "range": [self.low, self.high], "final_size": self.size,
+                "max_size": max([s["target"] or 0 for s in self.samples] + [self.size]),
+                "decisions": self.decisions, "samples": self.samples}
+
+
+def request_preprocessing(config: DataConfig, bundles: int) -> None:
+    """Ask Ray's autoscaler for ``bundles`` decode actors' worth of preprocessing capacity (0
+    withdraws): each bundle is ``data.cpus_per_actor`` CPUs plus the resources and labels of
+    ``data.placement``, never a training node's."""
+    from ray.autoscaler.sdk import request_resources
+
+    placement = config.placement
+    bundle = {"CPU": config.cpus_per_actor, **placement.resources}
+    if bundles and placement.labels:
+        request_resources(bundles=[bundle] * bundles,
+                          bundle_label_selectors=[dict(placement.labels)] * bundles)
+    else:
+        request_resources(bundles=[bundle] * bundles)
+
+
+def _gauge(run: str):
+    try:
+        from ray.util.metrics import Gauge
+
+        gauge = Gauge("feedline_decode_pool_target", "decode actors the pool controller wants",
+                      tag_keys=("run",))
+        gauge.set_default_tags({"run": run})
+        return gauge
+    except Exception as exc:  # metrics off in this Ray: the console and metrics.jsonl remain
+        logger.debug("no pool gauge: %s", exc)
+        return None

@@ -1,0 +1,81 @@
+"""The decode pool policy (pipeline.data.elastic): grow on the trainers' wait when the actors
+are busy, shrink after an epoch nobody waited in to what its decoding needed, hold in between
+and while new actors start. The numbers are what real runs measured (examples/quickstart.yaml,
+25 ms injected per sample, 2 ranks; tests/integration/test_multinode.py runs the whole loop)."""
+
+import pytest
+
+from pipeline.data.elastic import EpochTotals, Window, decide, decide_epoch
+
+COOLED = {"since_change_s": 60.0, "cooldown_s": 10.0}
+
+
+def test_a_starving_pool_grows_in_proportion_to_the_wait():
+    # measured: one actor, trainers waiting 79% of their steps, the actor busy 91%
+    d = decide(Window(wait=0.79, busy=0.91, actors=1, steps=40), size=1, low=1, high=8,
+               **COOLED)
+    assert (d.action, d.size) == ("grow", 4)  # 1 / (1 - 0.79) = 4.8 actors, at most 4x at once
+    assert "79%" in d.reason
+    again = decide(Window(wait=0.15, busy=0.92, actors=4, steps=40), size=4, low=1, high=8,
+                   **COOLED)
+    assert (again.action, again.size) == ("grow", 5)  # measured next: 4 / 0.85 = 4.7
+
+
+def test_growth_is_at_least_one_actor_and_at_most_the_max():
+    small = decide(Window(wait=0.11, busy=0.9, actors=8, steps=40), size=8, low=1, high=12,
+                   **COOLED)
+    assert (small.action, small.size) == ("grow", 9)
+    capped = decide(Window(wait=0.95, busy=1.0, actors=2, steps=10), size=2, low=1, high=6,
+                    **COOLED)
+    assert capped.size == 6  # 2 / 0.05 = 40, at most 4x and never above data.concurrency max
+
+
+def test_at_the_max_it_holds_and_says_so():
+    d = decide(Window(wait=0.5, busy=0.95, actors=4, steps=30), size=4, low=1, high=4,
+               **COOLED)
+    assert d.action == "hold" and "data.concurrency max (4)" in d.reason
+
+
+def test_waiting_trainers_with_idle_actors_are_not_a_pool_shortage():
+    d = decide(Window(wait=0.6, busy=0.2, actors=4, steps=30), size=4, low=1, high=8,
+               **COOLED)
+    assert d.action == "hold" and "not a pool shortage" in d.reason
+
+
+def test_an_epoch_the_trainers_did_not_wait_shrinks_the_pool_to_its_work():
+    # measured (tests/integration/multinode_run.py): 8 actors decoded the epoch in seconds and
+    # stopped; its 39 actor-seconds of decoding over 31 s of training need 2 actors at 75%
+    d = decide_epoch(EpochTotals(wait=0.003, work_s=39.0, train_s=31.0), size=8, low=1,
+                     **COOLED)
+    assert (d.action, d.size) == ("shrink", 2)
+    assert decide_epoch(EpochTotals(wait=0.0, work_s=5.0, train_s=30.0), size=8, low=3,
+                        **COOLED).size == 3  # never below data.concurrency min
+
+
+@pytest.mark.parametrize("epoch, why", [
+    (EpochTotals(wait=0.05, work_s=39.0, train_s=31.0), "waited 5.0%"),  # they still waited
+    (EpochTotals(wait=0.0, work_s=0.0, train_s=31.0), "cache replay"),  # nothing decoded
+    (EpochTotals(wait=0.0, work_s=170.0, train_s=31.0), "8 actor(s)"),  # all 8 were needed
+])
+def test_epochs_that_keep_the_pool(epoch, why):
+    d = decide_epoch(epoch, size=8, low=1, **COOLED)
+    assert (d.action, d.size) == ("hold", 8) and why in d.reason
+
+
+@pytest.mark.parametrize("window, size, why", [
+    (Window(wait=0.05, busy=0.4, actors=4, steps=50), 4, "trainers wait 5.0%"),  # the band
+    (Window(wait=0.0, busy=0.1, actors=6, steps=50), 6, "trainers wait 0.0%"),  # shrink: later
+    (Window(wait=0.9, busy=1.0, actors=1, steps=0), 1, "no training steps"),
+    (Window(wait=0.0, busy=0.0, actors=0, steps=50), 4, "no decode"),  # buffered or cached
+])
+def test_windows_that_hold(window, size, why):
+    d = decide(window, size=size, low=1, high=8, **COOLED)
+    assert (d.action, d.size) == ("hold", size) and why in d.reason
+
+
+def test_no_change_during_the_cooldown_after_one():
+    d = decide(Window(wait=0.8, busy=1.0, actors=1, steps=30), size=4, low=1, high=8,
+               since_change_s=4.0, cooldown_s=10.0)
+    assert d.action == "hold" and "cooldown" in d.reason
+    assert decide_epoch(EpochTotals(wait=0.0, work_s=39.0, train_s=31.0), size=8, low=1,
+                        since_change_s=4.0, cooldown_s=10.0).action == "hold"
