@@ -19,8 +19,8 @@ rotated each repetition:
 
 Per arm (medians over repetitions): samples ÷ job wall time (what the user waits for, start-up
 included), the median per-epoch samples/s after the first epoch (steady), the slowest rank's
-data-wait share of its steps over the run (the profile's), the time from the first decoded
-batch until the trainers first waited less than 5% over a 4 s window ("fed after"), the most
+data-wait share of its steps over the run (the profile's), the time from the first training
+step until the slowest rank first waited less than 5% over a 4 s window ("fed after"), the most
 decode actors seen decoding in a window, and the decode actor-seconds held (actors decoding ×
 time, summed over the controller's 2 s samples: what the pool cost in CPUs). Every arm reports
 those samples: the controller samples the pool in every run and acts only when asked to.
@@ -57,12 +57,11 @@ def arms(fixed: list[int]) -> dict[str, list[str]]:
 
 
 def fed_after(samples: list[dict]) -> float | None:
-    """Seconds from the first window with decoding until the first with the trainers fed."""
-    decoding = [s for s in samples if s["actors"]]
-    if not decoding:
-        return None
-    fed = next((s for s in decoding if s["wait"] < 0.05), None)
-    return None if fed is None else fed["t"] - decoding[0]["t"]
+    """Seconds from the first window with training steps until the first whose slowest rank
+    waited less than 5% while actors decoded (None: never)."""
+    training = [s for s in samples if s["steps"]]
+    fed = next((s for s in training if s["actors"] and s["wait"] < 0.05), None)
+    return None if fed is None else fed["t"] - training[0]["t"]
 
 
 def measure(sets: list[str], epochs: int, out: Path) -> dict:
@@ -83,7 +82,7 @@ def measure(sets: list[str], epochs: int, out: Path) -> dict:
             "actor_s": sum(x["actors"] for x in samples) * 2.0,
             "decisions": [f"{d['action']} {d['size_before']}→{d['size_after']}"
                           for d in s["autoscale"].get("decisions", [])],
-            "exactly_once": s["exactly_once"]}
+            "exactly_once": s["exactly_once"], "samples": samples}
 
 
 def median(values: list) -> float | None:

@@ -95,11 +95,11 @@ class DataConfig:
     concurrency: tuple[int, int] = option((1, 2), "[min, max] preprocessing actors (autoscaled)",
                                           ge=1)
     autoscale: bool = option(True, "size the decode pool within concurrency by the trainers' "
-                                   "data wait (grow while they wait and the actors are busy, "
-                                   "shrink when they never wait and the actors idle), and ask "
-                                   "Ray's autoscaler for preprocessing nodes when the pool "
-                                   "outgrows the cluster; false leaves sizing to Ray Data's own "
-                                   "queue-based actor autoscaler")
+                                   "data wait (grow while they wait and the actors are busy; "
+                                   "after an epoch nobody waited in, shrink to what its "
+                                   "decoding needed), and ask Ray's autoscaler for "
+                                   "preprocessing nodes when the pool outgrows them; false "
+                                   "leaves sizing to Ray Data's own queue-based autoscaler")
     autoscale_cooldown_s: float = option(10.0, "seconds between two pool changes (new actors "
                                                "take seconds to start)", gt=0)
     cpus_per_actor: float = option(1.0, "CPUs each preprocessing actor reserves", gt=0)

@@ -12,7 +12,8 @@ process executes the dataset, so Ray Data's own actor autoscaler does the resizi
 Ray Data plans the next execution (every streamed epoch), so an epoch starts with the pool the
 last one ended with instead of ``data.concurrency``'s min.
 
-Measured in Ray 2.60 (``python benchmarks/elastic.py``, and a 500-block, 50 ms-per-row pool):
+Measured in Ray 2.60 (``tests/integration/test_elastic.py``; a 500-block pool of 50 ms per row
+read first fast, then slowly; ``tests/integration/multinode_run.py``):
 
 - raising the limit grows a running pool: 1 → 4 actors about 3 s after the limit moves;
 - lowering it does not shrink a running pool: Ray Data removes only idle actors, and neither
@@ -25,6 +26,7 @@ Measured in Ray 2.60 (``python benchmarks/elastic.py``, and a 500-block, 50 ms-p
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -103,7 +105,7 @@ class LivePool(ActorPoolStrategy):
         current_limit(self.board)  # starts the poller here, once
         _read(self.board, self.board._actor_id)  # planning a new execution: the limit now
         live = _limits.get(self.board._actor_id)
-        if live is None:
+        if live is None or math.isinf(live):  # no limit set yet
             return self._initial_size
         return int(min(self.max_size, max(self.min_size, live // self.cpus_per_actor)))
 

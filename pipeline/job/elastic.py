@@ -35,6 +35,7 @@ from pipeline.data.elastic import (
     decide,
     decide_epoch,
 )
+from pipeline.job.network import pool_cpus
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class PoolController:
                           cooldown_s=self.config.autoscale_cooldown_s)
         self.samples.append({"t": now, "target": self.size if self.act else None,
                              "limit_cpus": self.limit if self.act else None,
-                             "actors": window.actors,
+                             "actors": window.actors, "steps": window.steps,
                              "wait": window.wait, "busy": window.busy})
         if not self.act:
             return
@@ -182,13 +183,16 @@ class PoolController:
             fh.write(json.dumps(record) + "\n")
 
     def _publish(self) -> None:
-        """The pool's CPU limit: its target, within the CPUs the cluster has now beside the
-        trainers' (a preprocessing node that joined raises it)."""
+        """The pool's CPU limit: its target, within the CPUs it can have now (those of the nodes
+        ``data.placement`` selects, else the cluster's beside the trainers'; a preprocessing
+        node that joined raises it)."""
         if not self.act:
             return
         import ray
 
-        capacity = ray.cluster_resources().get("CPU", 0.0) - self.train_cpus
+        capacity = pool_cpus(self.config.placement)
+        if capacity is None:
+            capacity = ray.cluster_resources().get("CPU", 0.0) - self.train_cpus
         limit = max(self.config.cpus_per_actor,
                     min(self.size * self.config.cpus_per_actor, capacity))
         if limit != self.limit:
@@ -204,8 +208,8 @@ class PoolController:
         placement = self.config.placement
         if not placement.labels and not placement.resources:
             return  # a CPU-only request could start a training node: ask only for data nodes
-        from pipeline.job.network import pool_cpus
-
+        if window.steps == 0:
+            return  # validation, checkpoints, start-up: nothing says the trainers are fed
         need = self.size * self.config.cpus_per_actor
         have = pool_cpus(placement) or 0.0
         if window.wait > GROW_WAIT and need > have:

@@ -1,0 +1,70 @@
+"""The pool controller's view of a run (pipeline.job.elastic): windows and epoch totals from the
+pulses a real run sent (elastic_pulses.jsonl: the first 18 s of examples/quickstart.yaml with
+25 ms injected per decoded sample, one decode actor, then four). Passive (act=False), as with
+data.autoscale off: it samples and never touches Ray."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+from pipeline.job.elastic import PoolController
+
+RECORDED = [json.loads(x) for x in (Path(__file__).parent / "elastic_pulses.jsonl")
+            .read_text().splitlines()]
+
+
+class Quiet:
+    def print(self, *args, **kwargs):
+        pass
+
+
+@pytest.fixture
+def pool(tmp_path):
+    config = load_config({"data": {"concurrency": [1, 8], "autoscale_cooldown_s": 1}}).data
+    return PoolController(config, board=None, run="t", metrics_path=tmp_path / "m.jsonl",
+                          console=Quiet(), world_size=2, act=False)
+
+
+@pytest.fixture
+def T0():
+    """The recorded run replayed from now on: its first pulse 1 s from now."""
+    return time.time() + 1.0
+
+
+def feed(pool, t0, until_s):
+    for p in RECORDED:
+        if p["t"] - RECORDED[0]["t"] <= until_s:
+            pool.observe(p | {"t": p["t"] - RECORDED[0]["t"] + t0})
+
+
+def test_a_starving_window_shows_the_slowest_rank_and_the_busy_actor(pool, T0):
+    feed(pool, T0, 11.2)  # one actor, before the pool grew
+    w = pool.window(T0 + 11.2)
+    # rank 1 waited 2.49 of its 3.23 s of steps in the window; rank 0 much less: rank 1 counts
+    assert w.wait == pytest.approx((1.39 + 1.1 + 1.7) / (1.8 + 1.43 + 2.4), abs=0.02)
+    assert (w.actors, w.steps) == (1, 12)
+    assert w.busy > 0.9  # the one actor decoded all the time
+
+
+def test_a_grown_pool_feeds_the_trainers(pool, T0):
+    feed(pool, T0, 30)
+    w = pool.window(T0 + 18.4)
+    assert w.actors == 4  # three more actors reported from 11.5 s on
+    assert w.wait == pytest.approx((0.23 + 0.12 + 0.21 + 0.22) / (1.25 + 1.16 + 1.15 + 1.1),
+                                   abs=0.01)  # down from 74%: below the grow threshold
+    pool.tick(T0 + 18.4)
+    assert pool.samples[-1]["actors"] == 4 and pool.samples[-1]["target"] is None
+
+
+def test_epoch_totals_wait_for_every_rank(pool, T0, monkeypatch):
+    judged = []
+    monkeypatch.setattr(pool, "epoch_end", lambda: judged.append(True))
+    pool.observe({"type": "wait", "rank": 0, "wait_s": 0.0, "step_s": 0.5, "steps": 1,
+                  "t": T0 + 20, "epoch_done": 1})
+    assert not judged  # rank 1 is still training
+    pool.observe({"type": "wait", "rank": 1, "wait_s": 0.0, "step_s": 0.5, "steps": 1,
+                  "t": T0 + 20.1, "epoch_done": 1})
+    assert judged == [True]
