@@ -33,6 +33,7 @@ SHRINK_WAIT = 0.02  # every rank waits less than this: the pool may shrink
 BUSY_TO_GROW = 0.6  # actors busier than this share of the time: decoding is the bottleneck
 TARGET_BUSY = 0.75  # a shrunk pool's actors are busy about this much (headroom for bursts)
 MAX_GROWTH = 4.0  # one decision at most quadruples the pool
+CLOSED = -1.0  # the CPU limit a finished run leaves for the processes reading it
 
 
 @dataclass(frozen=True)

@@ -43,15 +43,20 @@ _lock = threading.Lock()
 
 
 def _read(board: Any, key: Any) -> bool:
-    """Read the limit into ``_limits``; False once the board is gone (the run ended)."""
+    """Read the limit into ``_limits``; False once the run is over (the controller closed the
+    board, or it is gone): the poller then drops its handle, so the board can go too."""
     import ray
 
     try:
-        _limits[key] = float(ray.get(board.pool_cpus.remote(), timeout=5))
+        limit = float(ray.get(board.pool_cpus.remote(), timeout=5))
     except ray.exceptions.RayActorError:
         return False
     except Exception as exc:  # the driver is busy: keep the last limit
         logger.debug("pool limit not read: %s", exc)
+        return True
+    if limit < 0:  # CLOSED
+        return False
+    _limits[key] = limit
     return True
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from pipeline.data.config import DataConfig
 from pipeline.data.elastic import (
+    CLOSED,
     GROW_WAIT,
     SHRINK_WAIT,
     EpochTotals,
@@ -232,9 +233,16 @@ class PoolController:
                                  "trainers no longer wait: autoscaler request withdrawn")})
 
     def close(self) -> None:
+        """The run is over, however it ended: the processes reading the pool's limit stop, and
+        a standing autoscaler request is withdrawn."""
+        if self.act:
+            self.board.set_pool_cpus.remote(CLOSED)
         if self.requested:
-            request_preprocessing(self.config, 0)
-            self.requested = 0
+            try:
+                request_preprocessing(self.config, 0)
+                self.requested = 0
+            except Exception as exc:  # the run's own error, if any, is the one to see
+                logger.warning("autoscaler request not withdrawn: %s", exc)
 
     def summary(self) -> dict[str, Any]:
         return {"enabled": self.act, "range": [self.low, self.high], "final_size": self.size,

@@ -129,7 +129,7 @@ def _pool_lines(pool: Mapping[str, Any] | None) -> list[str]:
              f"Sized within data.concurrency [{low}, {high}] by the trainers' data wait: "
              f"ended at {pool['final_size']} actors, at most {pool['max_size']}. A smaller "
              f"pool takes effect with the next streamed epoch (Ray Data removes only idle "
-             f"actors); growth within a second or two.", ""]
+             f"actors); a larger one within seconds.", ""]
     decisions = pool.get("decisions") or []
     if not decisions:
         return lines + ["No change: the pool it started with kept the trainers fed (or "
