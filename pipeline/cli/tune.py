@@ -74,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     out = Console(soft_wrap=True)
     out.print(trials_table(outcome))
     for t in outcome.trials:
-        out.print(f"trial {t.number}: {t.reason}")
+        out.print(f"trial {t.number}: {', '.join(c.label() for c in t.changes)}: {t.reason}")
     out.print(f"stopped: {outcome.stopped}")
     if outcome.kept:
         out.print(f"tuned: {outcome.baseline.samples_per_s:,.1f} → "

@@ -75,7 +75,9 @@ def terminate(token: str, grace_s: float = GRACE_S) -> list[int]:
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 1.0)):
         sent: set[int] = set()
         deadline = time.monotonic() + wait_s
-        while (live := carrying(token)) and time.monotonic() < deadline:
+        # each signal reaches every process found at least once: on a loaded machine one scan
+        # of /proc can take longer than the whole wait
+        while live := carrying(token):
             for pid, start in live.items():
                 if pid not in sent and started(pid) == start:
                     try:
@@ -83,6 +85,8 @@ def terminate(token: str, grace_s: float = GRACE_S) -> list[int]:
                     except ProcessLookupError:  # gone meanwhile
                         pass
                     sent.add(pid)
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.1)
         signalled |= sent
     return sorted(signalled)

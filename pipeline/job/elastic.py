@@ -129,15 +129,15 @@ class PoolController:
         self._ticked = now
         self._publish()  # nodes come and go
         window = self.window(now)
-        decision = decide(window, size=self.size, low=self.low, high=self.high,
-                          since_change_s=now - self._changed,
-                          cooldown_s=self.config.autoscale_cooldown_s)
         self.samples.append({"t": now, "target": self.size if self.act else None,
                              "limit_cpus": self.limit if self.act else None,
                              "actors": window.actors, "steps": window.steps,
                              "wait": window.wait, "busy": window.busy})
         if not self.act:
             return
+        decision = decide(window, size=self.size, low=self.low, high=self.high,
+                          since_change_s=now - self._changed,
+                          cooldown_s=self.config.autoscale_cooldown_s)
         if decision.size != self.size:
             self._change(decision, now, wait=window.wait, busy=window.busy,
                          actors=window.actors)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pipeline.cluster.watchdog import GRACE_S, LEAVE_S, OWNER
+from pipeline.cluster.watchdog import GRACE_S, LEAVE_S, OWNER, terminate
 from pipeline.procfs import alive, stat
 
 # a "driver" that starts a "raylet", which starts an "agent" that ignores SIGTERM (as agents
@@ -97,3 +97,23 @@ def test_the_driver_killed_its_processes_go_within_seconds():
         assert all(b.poll() is None for b in bystanders)  # no token, or another run's
     finally:
         clean_up(*run)
+
+
+@pytest.mark.timeout(30)
+def test_every_process_gets_each_signal_even_when_a_scan_outlasts_the_wait(tmp_path):
+    # grace_s=0: the wait is over before the first scan of /proc returns, as when a scan on a
+    # loaded machine takes longer than the grace; the process still hears SIGTERM, then SIGKILL
+    heard = tmp_path / "heard"
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, signal, sys, time\n"
+         f"signal.signal(signal.SIGTERM, lambda *a: pathlib.Path({str(heard)!r}).touch())\n"
+         "print('ready', flush=True)\ntime.sleep(600)"],
+        stdout=subprocess.PIPE, text=True, env=os.environ | {OWNER: "test-token-3"})
+    try:
+        assert stubborn.stdout.readline().strip() == "ready"
+        assert terminate("test-token-3", grace_s=0) == [stubborn.pid]
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL
+        assert heard.exists()
+    finally:
+        stubborn.kill()
+        stubborn.wait()

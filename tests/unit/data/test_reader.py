@@ -1,3 +1,4 @@
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -144,10 +145,22 @@ def test_a_noisy_start_does_not_stop_the_run(tmp_path):
 
 
 def test_slow_sample_is_quarantined_with_the_timeout(image_folder):
+    hung = threading.Event()  # the read of one file stalls, as on a hung network mount
+
+    class StallingReader(SampleReader):
+        def _decode(self, path):
+            if path.endswith("cat/1.png"):
+                hung.wait()
+            return super()._decode(path)
+
     plan = plan_image_folder(image_folder)
     sink = Sink()
     spec = ReaderSpec(kind="image", origin="t", image_size=(4, 4), channels=1,
-                      sample_timeout_s=1e-9)
-    out = SampleReader(spec, quarantine=sink)(manifest_batch(plan))
-    assert len(out["id"]) == 0 and len(sink.records) == 8
-    assert "data.sample_timeout_s" in sink.records[0]["message"]
+                      sample_timeout_s=0.5)
+    try:
+        out = StallingReader(spec, quarantine=sink)(manifest_batch(plan))
+    finally:
+        hung.set()  # lets the abandoned read thread finish
+    assert out["id"].tolist() == [0, 2, 3, 4, 5, 6, 7]
+    assert [(r["id"], r["error_type"]) for r in sink.records] == [(1, "timeout")]
+    assert "data.sample_timeout_s (0.5 s)" in sink.records[0]["message"]
