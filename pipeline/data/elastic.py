@@ -16,9 +16,12 @@ feeds it the slowest rank's data-wait fraction and the decode actors' busy time:
   faster than the trainers eat finishes early and stops (its idle time is after its work, not
   inside it); and at its end, because Ray Data 2.60 removes only idle actors, so a smaller pool
   starts with the next execution anyway.
-- **hold** otherwise, and for ``cooldown_s`` after every change (new actors take seconds to
-  start; a decision made before they run would double-count the shortage). The band between
-  the two wait thresholds is the hysteresis: a pool that just fed the trainers is kept.
+- **hold** otherwise, for ``cooldown_s`` after every change, and until every actor the pool
+  may hold has decoded for a whole window (``SETTLE_S``; at most ``SETTLE_TIMEOUT_S`` after the
+  change, for a pool Ray Data does not fill): a window in which new actors were still starting
+  shows a shortage they are about to remove, and growing on it overshoots (measured: 4 → 6
+  actors where 4 fed the trainers, ``benchmarks/results/elastic-2026-12-05.md``). The band
+  between the two wait thresholds is the hysteresis: a pool that just fed the trainers is kept.
 
 Pure functions of plain numbers: the unit tests drive them with the numbers a real run sent.
 """
@@ -33,6 +36,8 @@ SHRINK_WAIT = 0.02  # every rank waits less than this: the pool may shrink
 BUSY_TO_GROW = 0.6  # actors busier than this share of the time: decoding is the bottleneck
 TARGET_BUSY = 0.75  # a shrunk pool's actors are busy about this much (headroom for bursts)
 MAX_GROWTH = 4.0  # one decision at most quadruples the pool
+SETTLE_S = 4.0  # every actor decoding this long before a window is judged for growth
+SETTLE_TIMEOUT_S = 30.0  # ... unless the change is this old (Ray Data did not fill the pool)
 CLOSED = -1.0  # the CPU limit a finished run leaves for the processes reading it
 
 
@@ -54,8 +59,9 @@ class Decision:
 
 
 def decide(window: Window, *, size: int, low: int, high: int, since_change_s: float,
-           cooldown_s: float) -> Decision:
-    """The pool size for the next window, from ``size`` (the current target) and the window."""
+           cooldown_s: float, settled_s: float) -> Decision:
+    """The pool size for the next window, from ``size`` (the current target) and the window;
+    ``settled_s``: how long every actor the pool may hold has been decoding (0: not yet)."""
     if window.steps == 0:
         return Decision(size, "hold", "no training steps in the window")
     if window.actors == 0:  # trainers eat buffered or cached samples: nothing decodes to judge
@@ -63,6 +69,9 @@ def decide(window: Window, *, size: int, low: int, high: int, since_change_s: fl
     if since_change_s < cooldown_s:
         return Decision(size, "hold", f"{since_change_s:.0f} s since the last change "
                                       f"(cooldown {cooldown_s:g} s)")
+    if settled_s < SETTLE_S and since_change_s < SETTLE_TIMEOUT_S:
+        return Decision(size, "hold", f"{window.actors} actor(s) decoding, not yet the whole "
+                                      f"pool for {SETTLE_S:g} s: the last change is starting")
     wait, busy = window.wait, window.busy
     if wait > GROW_WAIT:
         if busy < BUSY_TO_GROW:

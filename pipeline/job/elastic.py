@@ -71,6 +71,7 @@ class PoolController:
         self._epoch_work = 0.0  # decode actor-seconds this epoch
         self._lock = threading.Lock()
         self._changed = self._ticked = time.time()
+        self._full_at: float | None = None  # when every actor the limit holds first decoded
         self._start = self._changed
         self._warned_max = False
         self._gauge = _gauge(run) if act else None
@@ -97,9 +98,10 @@ class PoolController:
             self.epoch_end()
 
     def window(self, now: float) -> Window:
-        """The last :data:`WINDOW_S`, or less: pulses from the first half of the cooldown
-        after a change describe a pool whose new actors were still starting."""
-        start = max(now - WINDOW_S, self._changed + self.config.autoscale_cooldown_s / 2)
+        """The last :data:`WINDOW_S`, or less: only pulses since the whole pool first decoded
+        (before, or in the first half of the cooldown, new actors were still starting)."""
+        settled = self._full_at or self._changed + self.config.autoscale_cooldown_s / 2
+        start = max(now - WINDOW_S, settled)
         with self._lock:
             while self._pulses and self._pulses[0]["t"] < now - WINDOW_S:
                 self._pulses.popleft()
@@ -135,9 +137,13 @@ class PoolController:
                              "wait": window.wait, "busy": window.busy})
         if not self.act:
             return
+        holds = max(1, min(self.size, int(self.limit / self.config.cpus_per_actor + 1e-9)))
+        if self._full_at is None and window.actors >= holds:
+            self._full_at = now
         decision = decide(window, size=self.size, low=self.low, high=self.high,
                           since_change_s=now - self._changed,
-                          cooldown_s=self.config.autoscale_cooldown_s)
+                          cooldown_s=self.config.autoscale_cooldown_s,
+                          settled_s=now - self._full_at if self._full_at else 0.0)
         if decision.size != self.size:
             self._change(decision, now, wait=window.wait, busy=window.busy,
                          actors=window.actors)
@@ -198,6 +204,7 @@ class PoolController:
                     min(self.size * self.config.cpus_per_actor, capacity))
         if limit != self.limit:
             self.board.set_pool_cpus.remote(limit)
+            self._full_at = None  # the pool grows (or will shrink) into the new limit
             self.limit = limit
         if self._gauge is not None:
             self._gauge.set(self.size)

@@ -8,37 +8,38 @@ import pytest
 from pipeline.data.elastic import EpochTotals, Window, decide, decide_epoch
 
 COOLED = {"since_change_s": 60.0, "cooldown_s": 10.0}
+SETTLED = {**COOLED, "settled_s": 60.0}
 
 
 def test_a_starving_pool_grows_in_proportion_to_the_wait():
     # measured: one actor, trainers waiting 79% of their steps, the actor busy 91%
     d = decide(Window(wait=0.79, busy=0.91, actors=1, steps=40), size=1, low=1, high=8,
-               **COOLED)
+               **SETTLED)
     assert (d.action, d.size) == ("grow", 4)  # 1 / (1 - 0.79) = 4.8 actors, at most 4x at once
     assert "79%" in d.reason
     again = decide(Window(wait=0.15, busy=0.92, actors=4, steps=40), size=4, low=1, high=8,
-                   **COOLED)
+                   **SETTLED)
     assert (again.action, again.size) == ("grow", 5)  # measured next: 4 / 0.85 = 4.7
 
 
 def test_growth_is_at_least_one_actor_and_at_most_the_max():
     small = decide(Window(wait=0.11, busy=0.9, actors=8, steps=40), size=8, low=1, high=12,
-                   **COOLED)
+                   **SETTLED)
     assert (small.action, small.size) == ("grow", 9)
     capped = decide(Window(wait=0.95, busy=1.0, actors=2, steps=10), size=2, low=1, high=6,
-                    **COOLED)
+                    **SETTLED)
     assert capped.size == 6  # 2 / 0.05 = 40, at most 4x and never above data.concurrency max
 
 
 def test_at_the_max_it_holds_and_says_so():
     d = decide(Window(wait=0.5, busy=0.95, actors=4, steps=30), size=4, low=1, high=4,
-               **COOLED)
+               **SETTLED)
     assert d.action == "hold" and "data.concurrency max (4)" in d.reason
 
 
 def test_waiting_trainers_with_idle_actors_are_not_a_pool_shortage():
     d = decide(Window(wait=0.6, busy=0.2, actors=4, steps=30), size=4, low=1, high=8,
-               **COOLED)
+               **SETTLED)
     assert d.action == "hold" and "not a pool shortage" in d.reason
 
 
@@ -69,13 +70,29 @@ def test_epochs_that_keep_the_pool(epoch, why):
     (Window(wait=0.0, busy=0.0, actors=0, steps=50), 4, "no decode"),  # buffered or cached
 ])
 def test_windows_that_hold(window, size, why):
-    d = decide(window, size=size, low=1, high=8, **COOLED)
+    d = decide(window, size=size, low=1, high=8, **SETTLED)
     assert (d.action, d.size) == ("hold", size) and why in d.reason
 
 
 def test_no_change_during_the_cooldown_after_one():
     d = decide(Window(wait=0.8, busy=1.0, actors=1, steps=30), size=4, low=1, high=8,
-               since_change_s=4.0, cooldown_s=10.0)
+               since_change_s=4.0, cooldown_s=10.0, settled_s=60.0)
     assert d.action == "hold" and "cooldown" in d.reason
     assert decide_epoch(EpochTotals(wait=0.0, work_s=39.0, train_s=31.0), size=8, low=1,
                         since_change_s=4.0, cooldown_s=10.0).action == "hold"
+
+
+def test_a_window_of_a_pool_still_starting_is_not_judged():
+    # measured (benchmarks/elastic.py, controller arm): 12 s after 1 → 4 the window held 4
+    # actors busy 54% (two had just started) and the trainers waiting 56%; growing on it made 6
+    # actors where 4 fed the trainers
+    starting = Window(wait=0.56, busy=0.54, actors=4, steps=22)
+    d = decide(starting, size=4, low=1, high=8, since_change_s=12.0, cooldown_s=10.0,
+               settled_s=0.0)
+    assert d.action == "hold" and "starting" in d.reason
+    # once all four have decoded for a whole window, the same shortage grows the pool
+    assert decide(Window(wait=0.15, busy=0.92, actors=4, steps=40), size=4, low=1, high=8,
+                  since_change_s=16.0, cooldown_s=10.0, settled_s=4.0).action == "grow"
+    # a pool Ray Data never fills (its queue is short) is judged anyway, after a while
+    assert decide(Window(wait=0.5, busy=0.95, actors=3, steps=40), size=4, low=1, high=8,
+                  since_change_s=31.0, cooldown_s=10.0, settled_s=0.0).action == "grow"
