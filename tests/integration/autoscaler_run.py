@@ -180,7 +180,7 @@ def main(work: str) -> None:
         out["before"] = {"preprocess": nodes("feedline_preprocess"),
                          "train": nodes("feedline_train")}
         # starving: the pool grows past the cluster's CPUs (none), the controller asks
-        feed(pool, wait=0.8, busy=0.95, seconds=6)
+        feed(pool, wait=0.8, busy=0.95, seconds=10)  # a settled window, then growth
         out["request"] = requested()
         started = time.time()
         wait_for(lambda: nodes("feedline_preprocess"))

@@ -5,8 +5,9 @@ down by its owner.
 
 The job also exercises the decode pool controller (``data.autoscale``): a sleep per sample
 makes one decode actor feed about a quarter of what the two trainers eat, and the pool starts
-at one actor. Once the first epoch has ended with the grown pool, each training step gets
-slower (a heavier model), so the actors idle and the pool should shrink back."""
+at one actor. Once two epochs have ended with the grown pool (the first grows it, the second
+shows it feeding the trainers), each training step gets slower (a heavier model), so the
+actors idle and the pool should shrink back for the fourth."""
 
 import json
 import sys
@@ -29,14 +30,14 @@ DECODE_S = 0.025  # per sample: 40 samples/s per actor; the trainers eat ~150 at
 STEP_S, HEAVY_STEP_S = 0.15, 0.35  # per training step of 16 samples per rank
 
 
-def heavier_after_first_epoch(metrics: Path, changed: dict) -> None:
-    """Make every step heavier once the pool has grown and the first epoch has ended."""
+def heavier_after_two_epochs(metrics: Path, changed: dict) -> None:
+    """Make every step heavier once the pool has grown and two epochs have ended."""
     while True:
         time.sleep(0.5)
         records = ([json.loads(x) for x in metrics.read_text().splitlines()]
                    if metrics.exists() else [])
         grown = any(r.get("type") == "pool" and r["action"] == "grow" for r in records)
-        if grown and any("train_loss" in r for r in records):
+        if grown and sum("train_loss" in r for r in records) >= 2:
             set_costs(step_s=HEAVY_STEP_S)
             changed["t"] = time.time()
             return
@@ -51,10 +52,10 @@ def main(output: str) -> None:
         train_node = cluster.add_node(num_cpus=2, labels=TRAIN, resources={"fake_gpu": 2})
         cluster.wait_for_nodes()
         ray.init(address=cluster.address)
-        threading.Thread(target=heavier_after_first_epoch,
+        threading.Thread(target=heavier_after_two_epochs,
                          args=(Path(output) / "metrics.jsonl", changed), daemon=True).start()
         result = pipeline.run(ROOT / "examples" / "quickstart.yaml", show_progress=False, sets=[
-            "train.epochs=3", "train.batch_size=16", "train.cpus_per_worker=1",
+            "train.epochs=4", "train.batch_size=16", "train.cpus_per_worker=1",
             "train.model=tests.integration.elastic_transforms:paced_cnn",
             "data.cache=off", "data.val_fraction=0.05", "data.decode_batch_size=16",
             "data.concurrency=[1, 8]", "data.cpus_per_actor=0.5",

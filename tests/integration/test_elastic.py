@@ -89,7 +89,10 @@ def test_the_controller_asks_the_autoscaler_for_preprocessing_nodes_only(tmp_pat
     assert got["before"] == {"preprocess": [], "train": []}
     # starving trainers, a busy actor, no preprocessing CPUs: bundles of the placement only
     assert got["request"] == [[{"CPU": 1.0, "feedline_preprocess": 0.001}, 4]]
-    assert [d["action"] for d in got["decisions"]] == ["grow", "request", "withdraw"]
+    # (the one actor it starts with has no CPU either: asked for at once, then for the grown
+    # pool once a settled window showed the shortage)
+    assert [(d["action"], d["size_after"]) for d in got["decisions"]] == [
+        ("request", 1), ("grow", 4), ("request", 4), ("withdraw", 4)]
     # a preprocessing node came and a decode-shaped actor ran on it; never a training node
     assert got["decode_node"] in got["preprocess"]
     assert got["train_during"] == [] and got["train_ever"] == []

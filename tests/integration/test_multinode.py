@@ -33,7 +33,7 @@ def test_each_stage_runs_on_its_own_nodes(multinode):
     assert {a["node"] for a in trainers} == {report["train_node"]}
     summary = report["summary"]
     assert summary["status"] == "succeeded" and summary["exactly_once"]
-    assert summary["samples"] == 3 * summary["data"]["num_train"]
+    assert summary["samples"] == 4 * summary["data"]["num_train"]
     assert summary["plan"]["data_cpus"] == 4  # both preprocessing nodes, no training CPUs taken
 
 
