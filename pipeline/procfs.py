@@ -26,7 +26,8 @@ class Stat(NamedTuple):
 def stat(pid: int) -> Stat | None:
     """``/proc/PID/stat`` of ``pid``, or None if it is gone."""
     try:
-        raw = (PROC / str(pid) / "stat").read_text()
+        # bytes: the kernel cuts a name at 15 bytes, in the middle of a character if need be
+        raw = (PROC / str(pid) / "stat").read_bytes().decode(errors="replace")
     except OSError:
         return None
     # the name is in parentheses and may itself hold spaces or parentheses

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.procfs import stat
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
 SETS = ("train.epochs=3", "data.cache=off")
@@ -74,25 +76,37 @@ def stop(proc: subprocess.Popen, sig: signal.Signals) -> float:
     return time.monotonic() - sent
 
 
-def run_processes(marker: str) -> list[str]:
-    """Processes whose environment holds ``marker`` (the run's own ``RAY_TMPDIR``): the driver
-    and everything of the Ray it started, whatever their process titles say."""
+def open_files(proc: Path):
+    for fd in proc.joinpath("fd").iterdir():
+        try:
+            yield os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+
+
+def run_processes(ray_tmpdir: str) -> list[str]:
+    """The driver and everything of the Ray it started: the processes whose environment holds
+    the run's own ``RAY_TMPDIR`` or that hold a file open under it (a process title can
+    overwrite what ``/proc/PID/environ`` shows; Ray's processes all write logs there)."""
+    marker = f"RAY_TMPDIR={ray_tmpdir}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(f"{entry.name} {(entry / 'cmdline').read_bytes()[:100]!r}")
+            if marker in (entry / "environ").read_bytes().split(b"\0") or any(
+                    f.startswith(f"{ray_tmpdir}/") for f in open_files(entry)):
+                title = (entry / "cmdline").read_bytes().rstrip(b"\0")[:100]
+                found.append(f"{entry.name} {stat(int(entry.name))} {title!r}")
         except OSError:  # gone meanwhile
             continue
     return found
 
 
-def left_alive(marker: str, within_s: float = 20) -> list[str]:
+def left_alive(ray_tmpdir: str, within_s: float = 20) -> list[str]:
     """The run's processes still alive ``within_s`` after it exited (none, when it is clean)."""
     deadline = time.monotonic() + within_s
-    while (alive := run_processes(marker)) and time.monotonic() < deadline:
+    while (alive := run_processes(ray_tmpdir)) and time.monotonic() < deadline:
         time.sleep(0.5)
     return alive
 
@@ -134,14 +148,14 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_resumes_exactly_once(tmp_p
     proc = start(out, ray_tmpdir=ray_tmpdir)
     wait_for(proc, out, lambda: epochs_done(out) >= 1 and snapshot(out).exists(),
              "the first epoch's checkpoint")
-    marker = f"RAY_TMPDIR={ray_tmpdir}"
-    assert len(run_processes(marker)) >= 4, run_processes(marker)  # driver, GCS, raylet, workers
+    # driver, GCS, raylet, workers
+    assert len(run_processes(ray_tmpdir)) >= 4, run_processes(ray_tmpdir)
 
     took = stop(proc, signal.SIGINT)
     said = console(out)
     assert proc.returncode == 130, said
     assert took < EXIT_BOUND_S, took
-    assert left_alive(marker) == []
+    assert left_alive(ray_tmpdir) == [], watchdog_said(ray_tmpdir)
     summary = summary_of(out)
     assert summary["status"] == "stopped" and summary["signal"] == "SIGINT", summary
     assert summary["epochs_done"] >= 1 and summary["resumes_at"]["epoch"] >= 2, summary
@@ -183,8 +197,7 @@ def test_a_second_ctrl_c_stops_at_once_and_takes_the_local_ray_along(tmp_path, r
     out = tmp_path / "out"
     proc = start(out, ray_tmpdir=ray_tmpdir)
     wait_for(proc, out, lambda: (out / "ray" / "train").is_dir(), "training")
-    marker = f"RAY_TMPDIR={ray_tmpdir}"
-    assert len(run_processes(marker)) >= 4, run_processes(marker)
+    assert len(run_processes(ray_tmpdir)) >= 4, run_processes(ray_tmpdir)
 
     send(proc, signal.SIGINT)
     # the user sees the first stop under way and presses again (two signals that arrive before
@@ -194,7 +207,7 @@ def test_a_second_ctrl_c_stops_at_once_and_takes_the_local_ray_along(tmp_path, r
     assert proc.returncode == 130, console(out)
     assert took < 10, took  # "at once": the Ray it started gets 3 s to go, no more
     assert "SIGINT again: stopping now" in console(out)
-    assert left_alive(marker) == [], watchdog_said(ray_tmpdir)
+    assert left_alive(ray_tmpdir) == [], watchdog_said(ray_tmpdir)
 
 
 @pytest.mark.timeout(420)
@@ -204,15 +217,14 @@ def test_sigkill_of_the_driver_takes_its_local_ray_along_and_the_rerun_says_what
     proc = start(out, ray_tmpdir=ray_tmpdir)
     wait_for(proc, out, lambda: epochs_done(out) >= 1 and snapshot(out).exists(),
              "the first epoch's checkpoint")
-    marker = f"RAY_TMPDIR={ray_tmpdir}"
-    assert len(run_processes(marker)) >= 4, run_processes(marker)
+    assert len(run_processes(ray_tmpdir)) >= 4, run_processes(ray_tmpdir)
 
     killed = time.monotonic()
     proc.kill()  # no handler runs: only the watchdog of the Ray it started is left to act
     proc.wait()
     # without the watchdog Ray's agents outlive the driver by minutes; with it, seconds (a
     # loaded 2-core machine has taken up to 26 s, typically under 10)
-    assert left_alive(marker, within_s=30) == []
+    assert left_alive(ray_tmpdir, within_s=30) == [], watchdog_said(ray_tmpdir)
     assert time.monotonic() - killed < 30
     said = watchdog_said(ray_tmpdir)
     assert f"driver {proc.pid} exited without stopping its Ray; terminated" in said, said
@@ -228,7 +240,7 @@ def test_sigkill_of_the_driver_takes_its_local_ray_along_and_the_rerun_says_what
     assert summary_of(out)["status"] == "running"
     assert stop(rerun, signal.SIGINT) < EXIT_BOUND_S and rerun.returncode == 130
     assert summary_of(out)["status"] == "stopped"
-    assert left_alive(marker) == []
+    assert left_alive(ray_tmpdir) == [], watchdog_said(ray_tmpdir)
 
 
 @pytest.mark.timeout(300)

@@ -7,10 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from pipeline.cluster.watchdog import GRACE_S, LEAVE_S, OWNER, terminate
+from pipeline.cluster.watchdog import GRACE_S, LEAVE_S, OWNER, SCAN_S, RayProcesses, terminate
 from pipeline.procfs import alive, stat
 
 # a "driver" that starts a "raylet", which starts an "agent" that ignores SIGTERM (as agents
@@ -28,6 +29,20 @@ starter = subprocess.Popen([sys.executable, "-c", {starter!r}], stdout=subproces
 print(a.pid, starter.stdout.readline().strip(), flush=True)
 starter.wait()
 time.sleep(600)'''], stdout=subprocess.PIPE, text=True)
+print(raylet.pid, raylet.stdout.readline().strip(), flush=True)
+time.sleep(600)
+"""
+
+# a "driver" whose "raylet" starts an "agent" without the token in its environment (as Ray's
+# agents show it once their process title has overwritten it); it prints the two pids
+TOKENLESS_AGENT = f"""
+import subprocess, sys, time
+agent = "import os, subprocess, sys, time; " \\
+    "env = {{k: v for k, v in os.environ.items() if k != '{OWNER}'}}; " \\
+    "print(subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], " \\
+    "env=env).pid, flush=True)"
+raylet = subprocess.Popen([sys.executable, "-c", agent + "; time.sleep(600)"],
+                          stdout=subprocess.PIPE, text=True)
 print(raylet.pid, raylet.stdout.readline().strip(), flush=True)
 time.sleep(600)
 """
@@ -99,6 +114,31 @@ def test_the_driver_killed_its_processes_go_within_seconds():
         clean_up(*run)
 
 
+@pytest.mark.timeout(60)
+def test_an_agent_whose_environment_lost_the_token_goes_though_its_raylet_went_first():
+    # the driver's death takes the raylet along (fate sharing) and leaves the agent an orphan
+    # without the token: the watchdog knew it as the raylet's child
+    driver = subprocess.Popen([sys.executable, "-c", TOKENLESS_AGENT], stdout=subprocess.PIPE,
+                              text=True, env=os.environ | {OWNER: "test-token-5"})
+    raylet, agent = (int(p) for p in driver.stdout.readline().split())
+    watchdog = subprocess.Popen([sys.executable, "-m", "pipeline.cluster.watchdog",
+                                 str(driver.pid), "test-token-5"], stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    try:
+        assert f"{OWNER}=".encode() not in Path(f"/proc/{agent}/environ").read_bytes()
+        assert RayProcesses("test-token-5").scan().keys() == {driver.pid, raylet, agent}
+        time.sleep(SCAN_S + 1.5)  # the watchdog has scanned while the raylet lived
+        os.kill(raylet, signal.SIGKILL)
+        driver.kill()
+        driver.wait()
+        assert wait_gone([agent], within_s=10) == []
+        assert watchdog.wait(timeout=10) == 0
+        said = watchdog.stderr.read()
+        assert f"driver {driver.pid} exited without stopping its Ray" in said, said
+    finally:
+        clean_up(driver, [raylet, agent], [], watchdog)
+
+
 @pytest.mark.timeout(30)
 def test_every_process_gets_each_signal_even_when_a_scan_outlasts_the_wait(tmp_path):
     # grace_s=0: the wait is over before the first scan of /proc returns, as when a scan on a
@@ -111,9 +151,28 @@ def test_every_process_gets_each_signal_even_when_a_scan_outlasts_the_wait(tmp_p
         stdout=subprocess.PIPE, text=True, env=os.environ | {OWNER: "test-token-3"})
     try:
         assert stubborn.stdout.readline().strip() == "ready"
-        assert terminate("test-token-3", grace_s=0) == [stubborn.pid]
+        assert terminate(RayProcesses("test-token-3"), grace_s=0) == [stubborn.pid]
         assert stubborn.wait(timeout=10) == -signal.SIGKILL
         assert heard.exists()
     finally:
         stubborn.kill()
         stubborn.wait()
+
+
+@pytest.mark.timeout(30)
+def test_a_process_whose_name_is_cut_mid_character_is_terminated_too():
+    # the kernel keeps 15 bytes of a process's name: "ray::Décodeur" (an actor of a user's
+    # class) becomes bytes that are not UTF-8; reading them must not stop the watchdog
+    named = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, time\n"
+         "pathlib.Path('/proc/self/comm').write_bytes('ray::Décodeur'.encode()[:12] + b'\\xc3')\n"
+         "print('ready', flush=True)\ntime.sleep(600)"],
+        stdout=subprocess.PIPE, text=True, env=os.environ | {OWNER: "test-token-4"})
+    try:
+        assert named.stdout.readline().strip() == "ready"
+        assert stat(named.pid).name.startswith("ray::D")
+        assert terminate(RayProcesses("test-token-4")) == [named.pid]
+        assert named.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        named.kill()
+        named.wait()
