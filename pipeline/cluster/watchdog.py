@@ -42,7 +42,7 @@ _released: list[int] = []  # the driver's SIGTERM: it shut its Ray down itself
 
 class RayProcesses:
     """The processes of one local Ray: those whose environment holds ``FEEDLINE_RAY_OWNER=token``,
-    their descendants, and those seen so before that still run (pid and start: never a reused
+    their descendants, and those found before that still run (pid and start: never a reused
     pid).
 
     The environment alone misses some: Ray's agents set their process title, which overwrites
