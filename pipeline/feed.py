@@ -20,8 +20,9 @@ each Train worker, the drop-in replacement for ``get_dataset_shard(...).iter_tor
                  scaling_config=ScalingConfig(num_workers=2)).fit()
 
 What the batches are: the config's ``data`` section decoded by Feedline's readers on Ray Data
-actors (bad samples quarantined, never silently dropped: :meth:`Feed.quarantined`), shuffled in
-a window per epoch with a seed from (``data.seed``, epoch, rank), grouped in
+actors (bad samples quarantined, never silently dropped: :meth:`Feed.quarantined`), a fresh
+permutation across the ranks every epoch (Ray Data reads the samples in a new order each
+execution), grouped in
 ``train.batch_size`` rows, shipped as uint8 when ``transfer.ship_uint8`` and normalised on the
 device, prefetched ``transfer.gpu_prefetch`` deep into pinned memory. Every batch carries the
 samples' stable ``id``: send each rank's ids of an epoch to the driver (e.g. with
@@ -40,21 +41,7 @@ import numpy as np
 from rich.console import Console
 
 from pipeline.config import Config, load_config
-from pipeline.transfer.config import TransferConfig
-
-
-@dataclass(frozen=True)
-class FeedSpec:
-    """How a worker batches its shard: plain values, sent to the workers in the loop config."""
-
-    field: str  # "image" or "features"
-    batch_size: int
-    prefetch_batches: int
-    shuffle_buffer: int
-    seed: int
-    transfer: TransferConfig
-    normalize: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] | None  # uint8 fields
-    stall_timeout_s: float
+from pipeline.train.chain import FeedSpec
 
 
 @dataclass
@@ -114,7 +101,6 @@ def prepare(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, 
     from pipeline.api import check_source, with_datasets
     from pipeline.data import build_datasets
     from pipeline.data.quarantine import QuarantineLog
-    from pipeline.train.loop import device_transfer
 
     cfg = load_config(config, list(sets))
     if datasets is not None:
@@ -124,13 +110,9 @@ def prepare(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, 
         ray.init()
     quarantine = QuarantineLog.remote(cfg.run.name)
     data = build_datasets(cfg.data, ship_uint8=cfg.transfer.ship_uint8, quarantine=quarantine,
+                          reshuffle=not cfg.train.deterministic,
                           source=source, datasets=datasets)
-    transfer, normalize = device_transfer(cfg, data.field)
-    spec = FeedSpec(field=data.field, batch_size=cfg.train.batch_size,
-                    prefetch_batches=cfg.transfer.host_prefetch,
-                    shuffle_buffer=cfg.data.shuffle_buffer, seed=cfg.data.seed,
-                    transfer=transfer, normalize=normalize,
-                    stall_timeout_s=cfg.transfer.stall_timeout_s)
+    spec = FeedSpec.from_config(cfg, data.field)
     datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
     return Feed(datasets=datasets, spec=spec, classes=data.classes,
                 sample_shape=data.sample_shape, num_train=data.num_train, num_val=data.num_val,
@@ -142,25 +124,19 @@ def batches(spec: FeedSpec, split: str = "train", *, epoch: int = 0, device: Any
     """One epoch of this worker's shard of ``split`` as device batches (inside a Ray Train
     worker): a :class:`~pipeline.transfer.DeviceFeeder`, to use in a ``with`` block (its copy
     thread stops on the way out) and iterate; ``.stats`` says what the copies cost and how long
-    the loop waited. ``device``: Ray Train's device for this worker by default. The training
-    split is shuffled in a window with a seed from (``data.seed``, ``epoch``, rank)."""
+    the loop waited. ``device``: Ray Train's device for this worker by default. Every epoch of
+    the training split is a fresh permutation across the ranks (``data.shuffle_buffer`` adds a
+    window shuffle seeded by (``data.seed``, ``epoch``, rank)); :mod:`pipeline.train.chain`
+    composes the same chain ``pipeline run`` uses, without its cache."""
     import ray.train
     import ray.train.torch
 
-    from pipeline.data.cache import epoch_batches
-    from pipeline.transfer import DeviceFeeder
+    from pipeline.train.chain import FeedChain
 
     shard = ray.train.get_dataset_shard(split)
     if shard is None:
         raise ValueError(f"split ({split!r}): this trainer has no such dataset; pass "
                          f"datasets=feed.datasets to TorchTrainer")
-    rank = ray.train.get_context().get_world_rank()
-    shuffle = spec.shuffle_buffer if split == "train" else 0
-    seed = int(np.random.SeedSequence([spec.seed, epoch, rank]).generate_state(1)[0])
-    host = epoch_batches(shard, None, batch_size=spec.batch_size,
-                         prefetch_batches=spec.prefetch_batches, shuffle_buffer=shuffle,
-                         shuffle_seed=seed if shuffle else None)
-    return DeviceFeeder.from_config(host, spec.transfer,
-                                    device=device or ray.train.torch.get_device(),
-                                    uint8_normalize=spec.normalize,
-                                    timeout_s=spec.stall_timeout_s)
+    chain = FeedChain(spec, shard, device=device or ray.train.torch.get_device(),
+                      rank=ray.train.get_context().get_world_rank(), train=split == "train")
+    return chain.epoch(epoch)

@@ -12,7 +12,8 @@ dict with ``id`` and ``image`` (``batch x 3 x H x W`` uint8), or ``crc`` for the
 =================  ==========================================================================
 feedline           ``data.cache: off``; ``build_datasets`` → ``streaming_split(1)`` (what Ray
                    Train hands a worker) → per epoch ``iter_batches(numpy)`` → ``DeviceFeeder``
-                   on ``cpu``, as ``pipeline.train.loop._feeder`` does. Prefetch =
+                   on ``cpu``: :class:`pipeline.train.chain.FeedChain`, as the loop composes it.
+                   Prefetch =
                    ``transfer.host_prefetch`` + ``transfer.gpu_prefetch``. The feeder gets no
                    ``uint8_normalize``: the batch stays uint8 like everyone's (normalising is
                    the step's device work, the same for all).
@@ -110,9 +111,11 @@ def feedline_data_config(work: Workload, cache: str = "off"):
 
 @contextmanager
 def feedline(work: Workload, cache: str = "off") -> Iterator[Epochs]:
-    from pipeline.data.cache import available_memory, disk_free, epoch_batches, rank_cache
+    from dataclasses import replace
+
     from pipeline.data.dataset import build_datasets
-    from pipeline.transfer import DeviceFeeder
+    from pipeline.train.cache import available_memory, cache_dir, disk_free, rank_cache
+    from pipeline.train.chain import FeedChain, FeedSpec
 
     config, transfer = feedline_data_config(work, cache)
     plan = build_datasets(config, ship_uint8=transfer.ship_uint8)
@@ -124,27 +127,28 @@ def feedline(work: Workload, cache: str = "off") -> Iterator[Epochs]:
                              per_sample=3 * work.image_size[0] * work.image_size[1] + 16,
                              world=1, budget=available_memory() * config.cache_memory_fraction,
                              free=disk_free(Path(directory)),
-                             directory=Path(directory) / "train-rank0")
+                             memory_dir=cache_dir("", "bench", "train", 0, memory=True),
+                             disk_dir=Path(directory) / "train-rank0")
+        # the chain pipeline run composes; the batch stays uint8 like everyone's
+        spec = FeedSpec(field="image", batch_size=work.batch_size, seed=config.seed,
+                        transfer=replace(transfer, ship_uint8=False), normalize=None)
+        chain = FeedChain(spec, shard, device="cpu", cache=samples)
 
-        def epoch(_index: int) -> Iterator[Batch]:
-            # what pipeline.train.loop._feeder does: replay a complete cache, else stream
-            batches = epoch_batches(shard, samples, batch_size=work.batch_size,
-                                    prefetch_batches=transfer.host_prefetch)
-            with DeviceFeeder(batches, device="cpu", depth=transfer.gpu_prefetch,
-                              pin_memory=transfer.pin_memory,
-                              min_pin_bytes=transfer.min_pin_bytes,
-                              copy_threads=transfer.copy_threads,
-                              timeout_s=transfer.stall_timeout_s) as feeder:
+        def epoch(index: int) -> Iterator[Batch]:
+            with chain.epoch(index) as feeder:
                 yield from feeder
 
         epoch.status = samples.status  # type: ignore[attr-defined]  # what auto chose
-        yield epoch
+        try:
+            yield epoch
+        finally:
+            samples.discard()
 
 
 @contextmanager
 def feedline_cache(work: Workload) -> Iterator[Epochs]:
     """Feedline with ``data.cache: auto``, the default a user gets: epoch 1 streams and
-    records, later epochs replay (see :mod:`pipeline.data.cache`)."""
+    records, later epochs replay (see :mod:`pipeline.train.cache`)."""
     with feedline(work, cache="auto") as epoch:
         yield epoch
 

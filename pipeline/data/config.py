@@ -87,9 +87,16 @@ class DataConfig:
                                 "(dict of numpy arrays in, same out) inside Ray Data workers")
     augment: AugmentConfig = field(default_factory=AugmentConfig, metadata={
         "doc": "random flips/crops of training images on the device, seeded by (seed, epoch, id)"})
-    shuffle_buffer: int = option(0, "rows each trainer shuffles in a sliding window before "
-                                    "batching, reseeded every epoch from (seed, epoch, rank); "
-                                    "0 keeps the manifest's order (shuffled once)", ge=0)
+    shuffle_buffer: int = option(0, "rows each trainer also shuffles in a sliding window "
+                                    "while an epoch streams, reseeded every epoch from (seed, "
+                                    "epoch, rank); every epoch is a fresh permutation across "
+                                    "the ranks without it", ge=0)
+    reshuffle: Literal["global", "node", "rank"] = option(
+        "global", "which ranks' cached rows every replayed epoch deals anew: 'global' all of "
+                  "them, as DistributedSampler(shuffle=True) does (ranks on several machines "
+                  "then stream every epoch instead of caching: a cached row would cross the "
+                  "network every epoch); 'node' the ranks of each machine (rows never leave "
+                  "it); 'rank' each rank its own rows, reordered")
     val_fraction: float = option(0.2, "share of samples held out for validation", ge=0, lt=1)
     seed: int = option(0, "seed of the split and of any augmentation")
     concurrency: tuple[int, int] = option((1, 2), "[min, max] preprocessing actors (autoscaled)",

@@ -7,7 +7,8 @@
     Ray Train: streaming_split(num_workers, equal=True) per dataset
 
 The manifest is shuffled once with ``data.seed`` because folder listings are sorted by class,
-and a class-sorted stream makes single-class batches.
+and a class-sorted stream makes single-class batches; every later execution of the training set
+(a streamed epoch) reads it in a fresh order (:class:`~pipeline.data.reader.EpochManifest`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pipeline.data.config import (
     ParquetSource,
     RaySource,
 )
-from pipeline.data.reader import ReaderSpec, SampleReader
+from pipeline.data.reader import EpochManifest, ReaderSpec, SampleReader
 from pipeline.data.sources.base import SourcePlan
 from pipeline.data.sources.digits import plan_digits
 from pipeline.data.sources.image_folder import plan_image_folder
@@ -102,7 +103,11 @@ def _blocks(table: pa.Table, rows_per_block: int) -> list[pa.Table]:
 
 
 def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: Any,
-          rows_per_block: int, pulse: Any = None):
+          rows_per_block: int, pulse: Any = None, reshuffle: int | None = None):
+    """The decoding dataset of ``manifest``. With ``reshuffle`` (a seed) its blocks hold
+    positions that each execution maps through a permutation of its own (:class:`EpochManifest`):
+    every streamed epoch a fresh order across the ranks. Without, the manifest's rows in order."""
+    import ray
     import ray.data
 
     from pipeline.data.live_limits import LivePool
@@ -115,11 +120,16 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
                      max_size=high)  # the elastic controller's size (pipeline.job.elastic)
             if pulse is not None and config.elastic else
             ray.data.ActorPoolStrategy(min_size=low, max_size=high))
+    rows = None
+    if reshuffle is not None:  # the manifest travels once, through the object store
+        rows = EpochManifest(ray.put(manifest), reshuffle)
+        manifest = pa.table({"pos": np.arange(manifest.num_rows, dtype=np.int64)})
     ds = ray.data.from_blocks(_blocks(manifest, rows_per_block))
     ds.context.enable_progress_bars = False  # the driver shows Feedline's own progress
     return ds.map_batches(
         SampleReader,
-        fn_constructor_kwargs={"spec": spec, "quarantine": quarantine, "pulse": pulse},
+        fn_constructor_kwargs={"spec": spec, "quarantine": quarantine, "pulse": pulse,
+                               "rows": rows},
         batch_size=config.decode_batch_size,
         compute=pool,
         num_cpus=config.cpus_per_actor,
@@ -130,11 +140,12 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
 
 def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: Any = None,
                    source: tuple[SourcePlan, ReaderSpec] | None = None,
-                   datasets: Any = None, pulse: Any = None) -> DataPlan:
+                   datasets: Any = None, pulse: Any = None, reshuffle: bool = True) -> DataPlan:
     """Build the train (and validation) datasets from ``source`` (:func:`plan_source`'s result),
     planning it here when not given; a ``ray`` source takes ``datasets`` (given to
     ``pipeline.run``) or calls its function. The training set's decode actors send their busy
-    time to ``pulse`` (``data.autoscale``). Runs on the driver."""
+    time to ``pulse`` (``data.autoscale``), and each streamed epoch of it reads the samples in a
+    fresh order unless ``reshuffle`` is false (``train.deterministic``). Runs on the driver."""
     if isinstance(config.source, RaySource):
         from pipeline.data.sources.ray_dataset import plan_ray
 
@@ -144,6 +155,7 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
     manifest = plan.manifest
     order = np.random.default_rng(config.seed).permutation(manifest.num_rows)
     manifest = manifest.take(pa.array(order))
+    seed = config.seed if reshuffle else None
 
     if plan.kind == "table":
         counts = manifest.column("rows").to_numpy()
@@ -160,7 +172,7 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
                                   zip(manifest.column("id").to_numpy(), counts, strict=True)])
             is_val = validation_mask(ids, config.val_fraction, config.seed)
             num_val, train_ids = int(is_val.sum()), ids[~is_val]
-        train = _read(manifest, train_spec, config, quarantine, rows_per_block, pulse)
+        train = _read(manifest, train_spec, config, quarantine, rows_per_block, pulse, seed)
         val = (_read(manifest, val_spec, config, quarantine, rows_per_block)
                if config.val_fraction > 0 else None)
         shape, field, num_train = (len(spec.features),), "features", total - num_val
@@ -170,7 +182,7 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
                                  config.seed)
         train_manifest = manifest.filter(pa.array(~is_val))
         val_manifest = manifest.filter(pa.array(is_val))
-        train = _read(train_manifest, spec, config, quarantine, rows_per_block, pulse)
+        train = _read(train_manifest, spec, config, quarantine, rows_per_block, pulse, seed)
         val = (_read(val_manifest, spec, config, quarantine, rows_per_block)
                if val_manifest.num_rows else None)
         height, width = config.image_size

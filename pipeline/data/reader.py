@@ -36,8 +36,8 @@ from pipeline.data.read_images import SPECIAL_FILES, ImageReading, ReadThread, t
 from pipeline.data.read_tables import TableReading
 
 __all__ = ["MIN_SAMPLES_FOR_FRACTION", "SPECIAL_FILES", "Z", "BadSample",
-           "BadSampleThresholdError", "Batch", "ReadThread", "ReaderSpec", "SampleReader",
-           "bad_fraction_message", "clearly_above", "first_sources", "to_eight_bit"]
+           "BadSampleThresholdError", "Batch", "EpochManifest", "ReadThread", "ReaderSpec",
+           "SampleReader", "bad_fraction_message", "clearly_above", "first_sources", "to_eight_bit"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +69,64 @@ class ReaderSpec:
     num_classes: int = 0  # labels must lie in [0, num_classes); 0 checks only for negatives
 
 
-class SampleReader(ImageReading, TableReading):
-    """Ray Data actor UDF: manifest batch in, decoded rows out; picklable."""
+class EpochManifest:
+    """Positions in, manifest rows out, in an order drawn afresh for every execution of the
+    dataset (Ray Data actor side; picklable).
 
-    def __init__(self, spec: ReaderSpec, quarantine: Any = None, pulse: Any = None):
+    The training set's blocks hold positions, not manifest rows, so which samples a block (and
+    so a rank of ``streaming_split``) gets is decided here, when the block is decoded: Ray Data
+    runs the dataset once per epoch and counts its executions, and execution *e* reads the
+    manifest through a permutation drawn from (``seed``, *e*). The first execution keeps the
+    manifest's own order (it was shuffled once with ``data.seed``). A streamed epoch is so a
+    fresh permutation of every sample across the ranks, as ``DistributedSampler(shuffle=True)``
+    gives, at no cost beyond an index lookup: no all-to-all shuffle, no extra tasks.
+    ``seed`` None keeps the manifest's order every execution (``train.deterministic``: a
+    restarted worker group starts counting executions again).
+    """
+
+    def __init__(self, manifest: Any, seed: int | None):
+        self._manifest = manifest  # a pyarrow Table, or an ObjectRef to one (resolved once)
+        self.seed = seed
+        self._execution: int | None = None
+        self._order: np.ndarray | None = None
+
+    def __call__(self, positions: np.ndarray) -> Batch:
+        table = self._table()
+        execution = _execution_index() if self.seed is not None else 0
+        if execution != self._execution:
+            self._execution = execution
+            self._order = (None if execution == 0 else np.random.default_rng(
+                [self.seed, execution]).permutation(table.num_rows))
+        rows = positions if self._order is None else self._order[positions]
+        taken = table.take(rows)
+        return {name: taken.column(name).to_numpy(zero_copy_only=False)
+                for name in taken.column_names}
+
+    def _table(self) -> Any:
+        if not hasattr(self._manifest, "take"):
+            import ray
+
+            self._manifest = ray.get(self._manifest)
+        return self._manifest
+
+
+def _execution_index() -> int:
+    """How many executions of this dataset ended before the one running now (Ray Data counts
+    them on the dataset's context, which every task and actor call receives)."""
+    from ray.data import DataContext, RandomSeedConfig
+
+    seeds = RandomSeedConfig(seed=0, reseed_after_execution=True)
+    return int(seeds.get_seed_tuple(data_context=DataContext.get_current()).execution_idx)
+
+
+class SampleReader(ImageReading, TableReading):
+    """Ray Data actor UDF: manifest batch (or positions, with ``rows``) in, decoded rows out;
+    picklable."""
+
+    def __init__(self, spec: ReaderSpec, quarantine: Any = None, pulse: Any = None,
+                 rows: EpochManifest | None = None):
         self.spec = spec
+        self.rows = rows  # positions → this execution's manifest rows
         self.quarantine = quarantine
         # decode time for the elastic controller (pipeline.job.elastic): a RunInbox, or None
         self.pulse, self._busy, self._pushed = pulse, 0.0, time.monotonic()
@@ -130,6 +183,8 @@ class SampleReader(ImageReading, TableReading):
                 self._busy, self._pushed = 0.0, now
 
     def _convert(self, batch: Batch) -> Batch:
+        if self.rows is not None:
+            batch = self.rows(batch["pos"])
         out, bad = self._images(batch) if self.spec.kind == "image" else self._tables(batch)
         if bad:
             logger.warning("quarantined %d bad sample(s), first: %s", len(bad), bad[0])

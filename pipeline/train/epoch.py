@@ -1,5 +1,6 @@
 """One epoch on one rank: the training pass, every step in profiled phases, and the validation
-pass, whose task counts are summed over the ranks (Train worker; no Ray import).
+pass, whose task counts are summed over the ranks (Train worker; it reaches the driver only
+through the run inbox handle it is given).
 
 The training step, with the parts a :class:`~pipeline.train.task.Task` supplies marked::
 
@@ -38,15 +39,13 @@ PROGRESS_EVERY_S = 1.0
 
 def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gauges: Any,
                 spec: WorkerSpec, epoch: int, device: torch.device,
-                skip: torch.Tensor | None = None,
                 on_step: Callable[[int, list], None] | None = None,
                 ) -> tuple[int, int, float, float, np.ndarray]:
     """One pass over the shard; every step is split into profiled phases.
 
     ``h2d`` is the copy time the feeder spent on this step's batch, counted only up to the time
     the step actually waited for it (``data_wait``): copies hidden behind compute cost nothing.
-    ``skip`` holds ids this epoch already trained before a restart; they are dropped from the
-    batches. ``on_step(steps, ids)`` runs after every optimizer step (mid-epoch checkpoints).
+    ``on_step(steps, ids)`` runs after every optimizer step (mid-epoch checkpoints).
     ``gauges`` is a :class:`TrainMetrics`, or None (tests). Returns samples, batches, the summed
     loss, the first batch's wait and the ids trained, in order.
     """
@@ -66,14 +65,7 @@ def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gaug
     batches = iter(feeder)
 
     def fetch() -> dict | None:
-        """The next batch, without the ids a restarted epoch already trained."""
-        for batch in batches:
-            if skip is None:
-                return batch
-            keep = ~torch.isin(batch["id"], skip)
-            if keep.any():
-                return {k: v[keep] for k, v in batch.items()}
-        return None
+        return next(batches, None)
 
     # The first batch of an epoch waits for Ray Data to start (actors, first blocks): the
     # profile's `startup` phase, also reported as first_batch_s.

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,23 +37,24 @@ from pipeline.collective import (
 from pipeline.collective.ranks import apply_rank_plan
 from pipeline.collective.straggler import slowest_waits
 from pipeline.config import Config
-from pipeline.data.cache import (
-    SampleCache,
-    available_memory,
-    cache_dir,
-    disk_free,
-    epoch_batches,
-    rank_cache,
-)
-from pipeline.data.config import RaySource
 from pipeline.procfs import process_start
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
 from pipeline.train import checkpoint
+from pipeline.train.cache import (
+    CacheDecision,
+    SampleCache,
+    available_memory,
+    cache_dir,
+    disk_free,
+    rank_cache,
+)
+from pipeline.train.chain import FeedChain, FeedSpec
 from pipeline.train.epoch import all_counts, evaluate, task_metrics, train_epoch
+from pipeline.train.reshuffle import global_needs_streaming, group_of
 from pipeline.train.step import Stepper, schedule_steps
 from pipeline.train.task import resolve_task, task_name
-from pipeline.transfer import DeviceFeeder, TransferStats
+from pipeline.transfer import TransferStats
 
 logger = logging.getLogger(__name__)
 
@@ -83,44 +85,50 @@ def _device(use_gpu: bool) -> torch.device:
     return torch.device("cpu")
 
 
-def _feeder(shard, spec: WorkerSpec, device: torch.device, shuffle_seed: int | None = None,
-            cache: SampleCache | None = None, record: bool = True) -> DeviceFeeder:
-    """One epoch of the shard (or of its cache, once complete), host batches → device batches
-    (transfer stage); see :func:`pipeline.data.cache.epoch_batches`."""
-    cfg = spec.config
-    batches = epoch_batches(shard, cache, batch_size=cfg.train.batch_size,
-                            prefetch_batches=cfg.transfer.host_prefetch,
-                            shuffle_buffer=cfg.data.shuffle_buffer if shuffle_seed is not None
-                            else 0, shuffle_seed=shuffle_seed, record=record)
-    transfer, uint8 = device_transfer(cfg, spec.field)
-    return DeviceFeeder.from_config(batches, transfer, device=device, uint8_normalize=uint8,
-                                    timeout_s=cfg.transfer.stall_timeout_s)
-
-
-def device_transfer(cfg: Config, field: str) -> tuple[Any, dict | None]:
-    """The transfer settings of a batch field and, for uint8 images, their normalisation on the
-    device: feature columns are float already; only images ship as uint8."""
-    ours = field == "image" and not isinstance(cfg.data.source, RaySource)  # decoded by Feedline
-    transfer = cfg.transfer if ours else replace(cfg.transfer, ship_uint8=False)
-    return transfer, {"image": cfg.data.channel_stats()} if transfer.ship_uint8 else None
-
-
 def _caches(spec: WorkerSpec, ctx, device: torch.device) -> dict[str, SampleCache]:
     """This rank's decoded-sample caches (train, val), sized as ``data.cache`` asks. Every rank
-    decides from the same numbers (the smallest budget of any rank), so all replay or none."""
+    decides from the same numbers (the smallest budget of any), so all replay or none. A
+    memory cache lives in shared memory, which the node's trainers share: its budget is also
+    bounded by the room there."""
     cfg = spec.config.data
-    world = ctx.get_world_size()
+    world, local = ctx.get_world_size(), max(1, ctx.get_local_world_size())
     per_sample = spec.row_bytes or int(np.prod(spec.sample_shape)) * (
         1 if spec.field == "image" and spec.config.transfer.ship_uint8 else 4) + 16
-    dirs = {name: cache_dir(cfg.cache_dir, spec.config.run.name, name, ctx.get_world_rank())
+    dirs = {name: (cache_dir(cfg.cache_dir, spec.config.run.name, name, ctx.get_world_rank(),
+                             memory=True),
+                   cache_dir(cfg.cache_dir, spec.config.run.name, name, ctx.get_world_rank()))
             for name in ("train", "val")}
-    budget, free = _all_min([available_memory() * cfg.cache_memory_fraction
-                             / max(1, ctx.get_local_world_size()), disk_free(dirs["train"])],
-                            device)
-    return {name: rank_cache(cfg.cache_mode, rows=rows, per_sample=per_sample, world=world,
-                             budget=budget, free=int(free), directory=dirs[name],
-                             deterministic=spec.config.train.deterministic)
-            for name, rows in (("train", spec.num_train), ("val", spec.num_val))}
+    memory = available_memory() * cfg.cache_memory_fraction / local
+    shm = dirs["train"][0]
+    if shm is not None:
+        memory = min(memory, disk_free(shm) / (2 * local))
+    budget, free = _all_min([memory, disk_free(dirs["train"][1])], device)
+    caches = {name: rank_cache(cfg.cache_mode, rows=rows, per_sample=per_sample, world=world,
+                               budget=budget, free=int(free), memory_dir=dirs[name][0],
+                               disk_dir=dirs[name][1],
+                               deterministic=spec.config.train.deterministic)
+              for name, rows in (("train", spec.num_train), ("val", spec.num_val))}
+    streaming = global_needs_streaming(cfg.reshuffle, _all_gather(socket.gethostname(), world))
+    if streaming and caches["train"].enabled:
+        caches["train"] = SampleCache(CacheDecision("off", streaming))
+    return caches
+
+
+def _share(chain: FeedChain, device: torch.device, world: int) -> None:
+    """Once every rank's training cache is complete: swap what each holds and deal the replayed
+    epochs over the group ``data.reshuffle`` names (:mod:`pipeline.train.reshuffle`)."""
+    shards = _all_gather(chain.shard_info(socket.gethostname()), world)
+    group = group_of(chain.spec.reshuffle, shards, chain.rank)
+    chain.share(group, shards)
+    logger.info("cache: %s", group.reason)
+
+
+def _all_gather(value: Any, world: int) -> list[Any]:
+    if world == 1 or not dist.is_initialized():
+        return [value]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, value)
+    return out
 
 
 def _agree(caches: dict[str, SampleCache], device: torch.device) -> None:
@@ -207,8 +215,11 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     model, ddp, optimizer, scheduler = (stepper.model, stepper.ddp, stepper.optimizer,
                                         stepper.scheduler)
     train_shard = ray.train.get_dataset_shard("train")
-    val_shard = ray.train.get_dataset_shard("val") if spec.has_val else None
     caches = _caches(spec, ctx, device)
+    feed = FeedSpec.from_config(cfg, spec.field)
+    train = FeedChain(feed, train_shard, device=device, cache=caches["train"], rank=rank)
+    val = (FeedChain(feed, ray.train.get_dataset_shard("val"), device=device,
+                     cache=caches["val"], rank=rank, train=False) if spec.has_val else None)
 
     resume = checkpoint.load(model, optimizer, device, cfg.train.resume_from, scheduler)
     meta = {"task": task_name(stepper.task), "model": cfg.train.model,
@@ -222,7 +233,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     transfer: TransferStats | None = None
     for epoch in range(resume.epoch if resume else 0, cfg.train.epochs):
         resumed = resume is not None and epoch == resume.epoch and len(resume.consumed) > 0
-        skip = torch.as_tensor(resume.consumed, device=device) if resumed else None
+        skip = resume.consumed if resumed else None
 
         def on_step(steps: int, ids: list, epoch: int = epoch) -> None:
             # Mid-epoch checkpoints need every rank at the same step; after a resume the ranks'
@@ -240,14 +251,10 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         # Uneven inputs after a resume: DDP's join keeps ranks that run out in step with the rest.
         uneven = ddp.join() if resumed and isinstance(ddp, nn.parallel.DistributedDataParallel) \
             else contextlib.nullcontext()
-        # a new window shuffle every epoch, the same one after a restart
-        shuffle_seed = int(np.random.SeedSequence([cfg.data.seed, epoch, rank])
-                           .generate_state(1)[0])
-        streamed = not caches["train"].complete
-        with _feeder(train_shard, spec, device, shuffle_seed, caches["train"],
-                     record=not resumed) as feeder, uneven:
+        streamed = not train.replays
+        with train.epoch(epoch, skip=skip) as feeder, uneven:
             samples, steps, loss_sum, first_batch_s, seen = train_epoch(
-                feeder, stepper, prof, gauges, spec, epoch, device, skip=skip,
+                feeder, stepper, prof, gauges, spec, epoch, device,
                 on_step=None if resumed else on_step)
         if stepper.accum > 1:  # a last, partial accumulation group (after the join: collective)
             with prof.span("optimizer"):
@@ -257,11 +264,13 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         wall = time.perf_counter() - start
         with prof.phase("validation"):
             counts = {}
-            if val_shard:
-                with _feeder(val_shard, spec, device, cache=caches["val"]) as feeder:
+            if val is not None:
+                with val.epoch(epoch) as feeder:
                     counts = evaluate(stepper, feeder, spec.field)
         with prof.phase("report"):
             _agree(caches, device)
+            if train.replays and train.group is None:
+                _share(train, device, world)
             g_samples, g_loss, g_steps = _all_sum([samples, loss_sum, steps], device)
             metrics = {
                 "epoch": epoch + 1,
@@ -272,7 +281,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 "first_batch_seconds": first_batch_s,
                 "samples_per_second": g_samples / wall if wall > 0 else 0.0,
             }
-            if val_shard:
+            if val is not None:
                 metrics |= task_metrics(stepper.task, all_counts(counts, device, world),
                                         reserved={*metrics, "straggler"})
             profile = _epoch_profile(prof, epoch, device, world)
@@ -289,7 +298,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 # committed this epoch before the restart (every rank's), sent once
                 "resumed_ids": resume.consumed if resumed and rank == 0 else None,
                 "profile": profile,
-                "cache": caches["train"].status(), "started_at": started_at,
+                "cache": train.status(), "started_at": started_at,
                 "ended_at": time.time(),
                 # operator stats come from rank 0
                 "data_ops": (operator_stats(train_shard.stats()) if rank == 0 and streamed

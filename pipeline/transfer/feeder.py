@@ -88,8 +88,9 @@ class DeviceFeeder:
     @classmethod
     def from_config(cls, batches: Iterable[Any], config: TransferConfig, *,
                     device: DeviceLike = None, uint8_normalize: NormalizeSpec | None = None,
-                    timeout_s: float = 600.0) -> DeviceFeeder:
-        """Build from the ``transfer`` config section; ``device`` is what the runtime decided."""
+                    ) -> DeviceFeeder:
+        """Build from the ``transfer`` config section (its ``stall_timeout_s`` included);
+        ``device`` is what the runtime decided."""
         if config.ship_uint8 and not uint8_normalize:
             raise ValueError(
                 "transfer.ship_uint8 (true) needs uint8_normalize={field: (mean, std)} for the "
@@ -100,7 +101,7 @@ class DeviceFeeder:
                 "false; set transfer.ship_uint8: true or drop uint8_normalize")
         return cls(batches, device=device, depth=config.gpu_prefetch,
                    pin_memory=config.pin_memory, min_pin_bytes=config.min_pin_bytes,
-                   uint8_normalize=uint8_normalize, timeout_s=timeout_s,
+                   uint8_normalize=uint8_normalize, timeout_s=config.stall_timeout_s,
                    copy_threads=config.copy_threads)
 
     @property

@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from tests.integration.cache_transforms import DECODED
@@ -47,6 +48,16 @@ def test_cache_decodes_once_and_delivers_every_epoch_exactly_once(ray_cluster, f
         assert (epoch["unique"] + len(epoch["split_remainder"]) + train_bad
                 == summary["data"]["num_train"])
     assert summary["exactly_once"] is True
+    # every epoch a fresh permutation across the ranks, as DistributedSampler deals: a rank
+    # trains about half of the rows it trained the epoch before (it used to be all of them,
+    # in the same order)
+    delivered = np.load(tmp_path / "out/delivered.npz")
+    for epoch in range(2, EPOCHS + 1):
+        before, now = delivered[f"e{epoch - 1}_rank0"], delivered[f"e{epoch}_rank0"]
+        kept = len(np.intersect1d(before, now)) / len(now)
+        assert 0.25 < kept < 0.75, (epoch, kept)
+    if cache == "memory":
+        assert summary["cache"]["reshuffle"].startswith("data.reshuffle: global: every rank")
     first = [m["first_batch_seconds"] for m in map(json.loads, (tmp_path / "out/metrics.jsonl")
                                                    .read_text().splitlines())]
     assert len(first) == EPOCHS

@@ -164,3 +164,30 @@ def test_slow_sample_is_quarantined_with_the_timeout(image_folder):
     assert out["id"].tolist() == [0, 2, 3, 4, 5, 6, 7]
     assert [(r["id"], r["error_type"]) for r in sink.records] == [(1, "timeout")]
     assert "data.sample_timeout_s (0.5 s)" in sink.records[0]["message"]
+
+
+def test_every_execution_after_the_first_reads_the_manifest_in_a_new_order(image_folder,
+                                                                          monkeypatch):
+    """The training set's blocks are positions; each Ray Data execution (an epoch) maps them
+    through its own permutation, so a streamed epoch is a fresh order across the ranks."""
+    import pipeline.data.reader as reader_module
+    from pipeline.data.reader import EpochManifest
+
+    plan = plan_image_folder(image_folder)
+    rows = EpochManifest(plan.manifest, seed=7)
+    reader = SampleReader(ReaderSpec(kind="image", origin="t", image_size=(4, 4)), rows=rows)
+    n = plan.manifest.num_rows
+    blocks = [np.arange(i, min(n, i + 3)) for i in range(0, n, 3)]  # what from_blocks holds
+    orders, executions = [], 3
+    for execution in range(executions):
+        monkeypatch.setattr(reader_module, "_execution_index", lambda e=execution: e)
+        ids = np.concatenate([reader({"pos": b})["id"] for b in blocks])
+        assert sorted(ids.tolist()) == sorted(plan.manifest.column("id").to_pylist())
+        orders.append(ids.tolist())
+    assert orders[0] == plan.manifest.column("id").to_pylist()  # the first keeps the manifest's
+    assert len({tuple(o) for o in orders}) == executions  # then a new order each execution
+    again = SampleReader(ReaderSpec(kind="image", origin="t", image_size=(4, 4)),
+                         rows=EpochManifest(plan.manifest, seed=7))
+    assert np.concatenate([again({"pos": b})["id"] for b in blocks]).tolist() == orders[-1]
+    fixed = EpochManifest(plan.manifest, seed=None)  # train.deterministic: the manifest's order
+    assert np.concatenate([fixed(b)["id"] for b in blocks]).tolist() == orders[0]

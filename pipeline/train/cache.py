@@ -3,14 +3,18 @@
 Runs in each Train worker (no Ray import; not picklable once filled). Decoding a JPEG costs
 milliseconds of CPU; reading the decoded uint8 sample back costs microseconds. When a rank's
 decoded shard fits a budget, the first epoch records every batch it receives and the next
-epochs replay them from this process, so no Ray Data execution, actor start-up or first-block
-wait happens again::
+epochs replay them, so no Ray Data execution, actor start-up or first-block wait happens
+again::
 
     epoch 1:  shard.iter_batches ──► record(batches) ──► DeviceFeeder ──► step
-                                         │ (one copy into the cache)
-    epoch 2+:                   replay(epoch) ──► DeviceFeeder ──► step
-                                 (a view per batch in recorded order, or one gather when
-                                  the rows are reshuffled)
+                                         │ (one copy into the cache's files)
+    epoch 2+:   every rank's cached rows, one permutation ──► DeviceFeeder ──► step
+                (pipeline.train.reshuffle: a gather per batch, from this rank's files and
+                 its peers' on the same node, mapped without a copy)
+
+The columns live in files: ``memory`` puts them in shared memory (``/dev/shm``, a tmpfs: the
+bytes stay in RAM), ``disk`` on local disk. Either way the other ranks of the node map them
+read-only, so every epoch can deal all cached rows afresh to all ranks.
 
 What stays true with the cache on:
 
@@ -20,8 +24,9 @@ What stays true with the cache on:
   replayed;
 - augmentation: random flips and crops run on the device after the cache, seeded by
   (seed, epoch, id), so each epoch still differs;
-- shuffling: with ``data.shuffle_buffer`` > 0 each replay is a full permutation of the rank's
-  rows seeded by (seed, epoch, rank). Rows do not move between ranks after the recorded epoch.
+- shuffling: each replayed epoch is a permutation of the rows the ranks cached, seeded by
+  (seed, epoch), dealt to the ranks as ``DistributedSampler(shuffle=True)`` deals indices
+  (``data.reshuffle`` says across which ranks; :mod:`pipeline.train.reshuffle`).
 
 A cache is complete only after a whole pass ended normally; a pass that was cut short
 (an error, a resumed epoch that skipped ids) leaves it empty and the next epoch streams again.
@@ -102,8 +107,9 @@ def available_memory() -> int:
 class SampleCache:
     """One rank's cache of one dataset (train or validation); see the module docstring.
 
-    ``directory`` is used by the disk mode only. ``decode_s`` of the recorded pass (its wall
-    time) is compared with the time to read the cache back when ``auto`` chose disk.
+    ``directory`` holds the columns' ``.npy`` files (shared memory or disk); without one a
+    memory cache keeps them in this process, where no peer can read them. The recorded pass's
+    wall time is compared with the time to read the cache back when ``auto`` chose disk.
     """
 
     def __init__(self, decision: CacheDecision, *, directory: str | Path | None = None,
@@ -126,6 +132,17 @@ class SampleCache:
         return self._rows if self.complete else 0
 
     @property
+    def columns(self) -> dict[str, np.ndarray]:
+        """The recorded rows by column (empty until a complete pass)."""
+        return self._columns if self.complete else {}
+
+    def files(self) -> dict[str, str]:
+        """Column → the ``.npy`` file that holds it (a peer maps ``[:rows]`` of it); empty when
+        the rows are not in files."""
+        return {key: str(column.filename) for key, column in self.columns.items()
+                if isinstance(column, np.memmap)}
+
+    @property
     def nbytes(self) -> int:
         return sum(a[: self._rows].nbytes for a in self._columns.values())
 
@@ -141,21 +158,15 @@ class SampleCache:
         self.recorded_s = time.perf_counter() - started
         self._finish()
 
-    def replay(self, *, batch_size: int, shuffle_seed: int | None = None) -> Iterator[Batch]:
-        """The recorded rows as batches of ``batch_size``: in recorded order (views, no copy),
-        or reshuffled with ``shuffle_seed`` (one gather per batch)."""
+    def replay(self, *, batch_size: int) -> Iterator[Batch]:
+        """The recorded rows as batches of ``batch_size`` in recorded order (views, no copy);
+        a reshuffled replay is :func:`pipeline.train.reshuffle.replay`'s."""
         if not self.complete:
             raise RuntimeError("SampleCache.replay before a complete recorded pass")
         self.replays += 1
         cols, n = self._columns, self._rows
-        order = (np.random.default_rng(shuffle_seed).permutation(n)
-                 if shuffle_seed is not None else None)
         for start in range(0, n, batch_size):
-            if order is None:
-                yield {k: v[start:start + batch_size] for k, v in cols.items()}
-            else:
-                idx = np.sort(order[start:start + batch_size])  # sorted: sequential reads
-                yield {k: v[idx] for k, v in cols.items()}
+            yield {k: v[start:start + batch_size] for k, v in cols.items()}
 
     def discard(self) -> None:
         """Forget the recorded rows (and delete a disk cache's files)."""
@@ -174,6 +185,7 @@ class SampleCache:
             shutil.rmtree(self._dir, ignore_errors=True)
             with contextlib.suppress(OSError):  # the run's folder, once its last cache is gone
                 self._dir.parent.rmdir()
+                self._dir.parent.parent.rmdir()  # feedline-cache, once no run has one
 
     def _append(self, batch: Batch) -> None:
         n = len(next(iter(batch.values())))
@@ -189,8 +201,7 @@ class SampleCache:
     def _grow(self, key: str, column: np.ndarray | None, value: np.ndarray,
               need: int) -> np.ndarray:
         capacity = max(need, 2 * (len(column) if column is not None else 0), 1024)
-        if self.decision.mode == "disk":
-            assert self._dir is not None, "disk cache without a directory"
+        if self._dir is not None:
             self._dir.mkdir(parents=True, exist_ok=True)
             path = self._dir / f"{key}.{capacity}.npy"
             grown = np.lib.format.open_memmap(path, mode="w+", dtype=value.dtype,
@@ -234,11 +245,43 @@ class SampleCache:
         return time.perf_counter() - started
 
 
-def cache_dir(base: str, run_name: str, dataset: str, rank: int) -> Path:
-    """Where a rank's disk cache lives: ``base`` (default the system's temp dir) /
-    feedline-cache/<run>-<pid>/<dataset>-rank<r>; removed when the pass is discarded."""
-    root = Path(base or os.environ.get("TMPDIR", "/tmp")) / "feedline-cache"
+SHARED_MEMORY = Path("/dev/shm")
+
+
+def cache_dir(base: str, run_name: str, dataset: str, rank: int, *,
+              memory: bool = False) -> Path | None:
+    """Where a rank's cache files live: for ``memory``, shared memory (``/dev/shm``; None where
+    the machine has none: the rows then stay in the process, unshared), else ``base`` (default
+    the system's temp dir); below it feedline-cache/<run>-<pid>/<dataset>-rank<r>, removed when
+    the pass is discarded. Folders a dead process left (a killed worker) are removed first."""
+    if memory and not SHARED_MEMORY.is_dir():
+        return None
+    base_dir = SHARED_MEMORY if memory else Path(base or os.environ.get("TMPDIR", "/tmp"))
+    root = base_dir / "feedline-cache"
+    _remove_orphans(root)
     return root / f"{run_name}-{os.getpid()}" / f"{dataset}-rank{rank}"
+
+
+def _remove_orphans(root: Path) -> None:
+    """Delete the cache folders of processes that no longer run on this machine: files in
+    shared memory outlive a SIGKILLed worker and would hold its RAM until reboot."""
+    if not root.is_dir():
+        return
+    for folder in root.iterdir():
+        pid = folder.name.rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            logger.info("cache: removing %s (process %s is gone)", folder, pid)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def disk_free(directory: Path) -> int:
@@ -250,8 +293,10 @@ def disk_free(directory: Path) -> int:
 
 
 def rank_cache(requested: str, *, rows: int, per_sample: int, world: int, budget: float,
-               free: int, directory: Path, deterministic: bool = False) -> SampleCache:
-    """The cache of one rank's shard of ``rows`` samples of ``per_sample`` bytes. ``budget`` and
+               free: int, memory_dir: Path | None, disk_dir: Path,
+               deterministic: bool = False) -> SampleCache:
+    """The cache of one rank's shard of ``rows`` samples of ``per_sample`` bytes, its files in
+    ``memory_dir`` or ``disk_dir`` (:func:`cache_dir`) as the decision says. ``budget`` and
     ``free`` must be the same on every rank (the smallest of any), so all ranks decide alike."""
     auto = requested == "auto"
     if auto and deterministic:  # a restarted epoch streams Ray Data's ordered split
@@ -260,26 +305,5 @@ def rank_cache(requested: str, *, rows: int, per_sample: int, world: int, budget
     else:
         decision = decide(requested, shard_bytes=-(-rows // world) * per_sample,
                           memory_budget=int(budget), disk_free=int(free))
+    directory = memory_dir if decision.mode == "memory" else disk_dir
     return SampleCache(decision, directory=directory, auto=auto)
-
-
-def epoch_batches(shard: Any, cache: SampleCache | None, *, batch_size: int,
-                  prefetch_batches: int, shuffle_buffer: int = 0,
-                  shuffle_seed: int | None = None, record: bool = True) -> Iterable[Batch]:
-    """One epoch of host batches: a complete ``cache`` replays (no Ray Data execution starts);
-    otherwise the Ray Data ``shard`` streams, and a whole pass (``record``) fills the cache. A
-    pass that skips rows (a resumed epoch) must not record. With ``shuffle_buffer`` > 0 rows are
-    shuffled with ``shuffle_seed``: in a window when streaming, all of them on replay."""
-    if cache is not None and cache.complete:
-        return cache.replay(batch_size=batch_size,
-                            shuffle_seed=shuffle_seed if shuffle_buffer else None)
-    batches = shard.iter_batches(batch_size=batch_size, batch_format="numpy",
-                                 prefetch_batches=prefetch_batches,
-                                 local_shuffle_buffer_size=shuffle_buffer or None,
-                                 local_shuffle_seed=shuffle_seed if shuffle_buffer else None)
-    if cache is None or not cache.enabled:
-        return batches
-    if not record:
-        cache.discard()
-        return batches
-    return cache.record(batches)
