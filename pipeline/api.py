@@ -9,10 +9,8 @@ and raises :class:`~pipeline.cluster.stop.RunStopped`.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import signal
-import socket
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from pipeline.config import Config, ConfigError, load_config, to_dict
 from pipeline.data import ReaderSpec, plan_source
 from pipeline.data.sources import SourcePlan, skipped_warning
 from pipeline.job.breakdown import JobClock, to_markdown
+from pipeline.job.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -43,42 +42,6 @@ def output_dir(config: Config) -> Path:
     if config.run.output:
         return Path(config.run.output).expanduser()
     return Path("runs") / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def previous_run(out: Path) -> str | None:
-    """What a run directory holds, said before this run uses it: refused (``ConfigError``) when
-    it holds a finished run or one still running; a line on what this run resumes when its run
-    failed, was stopped or died without a word (SIGKILL: ``status`` still ``running``, its
-    process gone). Ray Train finds the run's checkpoints there and resumes from the last one."""
-    try:
-        previous = json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    status = previous.get("status")
-    if status == "succeeded":
-        raise ConfigError([f"run.output ({str(out)!r}) already holds a finished run; choose "
-                           f"another run.output"])
-    pid, host = previous.get("pid"), previous.get("host")
-    if status == "running" and host == socket.gethostname() and _alive(pid, previous):
-        raise ConfigError([f"run.output ({str(out)!r}) is in use by a run still going (process "
-                           f"{pid}, started {previous.get('started')}); wait for it, stop it "
-                           f"(kill -INT {pid}) or choose another run.output"])
-    how = {"running": f"ended without a word (process {pid} on {host} is gone: killed?)",
-           "stopped": f"was stopped by {previous.get('signal')}",
-           "failed": f"failed ({previous.get('error')})"}.get(status, f"ended as {status!r}")
-    from pipeline.job.runner import last_checkpoint
-
-    checkpoint = last_checkpoint(out)
-    where = (f"resuming from its last checkpoint (epoch {checkpoint['epoch']}, after step "
-             f"{checkpoint['step']})" if checkpoint else "no checkpoint: starting again")
-    return f"{out}: the run there {how}; {where}"
-
-
-def _alive(pid: Any, summary: dict[str, Any]) -> bool:
-    """The process a ``running`` summary names still runs (not another one under its pid)."""
-    from pipeline.procfs import started
-
-    return isinstance(pid, int) and started(pid) == summary.get("pid_start")
 
 
 def check_source(config: Config, console: Console) -> tuple[SourcePlan, ReaderSpec] | None:
@@ -141,57 +104,90 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     :class:`~pipeline.cluster.stop.RunStopped` when stopped (Ctrl-C, SIGTERM), and Ray Train's
     errors otherwise.
     """
-    from pipeline.cluster.session import ray_driver_log, ray_session
-    from pipeline.job.runner import run_job
-
     clock = clock or JobClock(time.time())
     sets = [*sets, *(f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in overrides.items())]
     cfg = load_config(config, sets)
     if datasets is not None:
         cfg = with_datasets(cfg)
     console = console or Console(stderr=True, soft_wrap=True)
-    out = output_dir(cfg)
-    found = previous_run(out)
     source = check_source(cfg, console)  # before Ray: a bad data path fails in seconds
-    task = check_task(cfg, task)  # and a task that cannot be imported
-    if found:
-        console.print(f"[yellow]resume[/]: {escape(found)}", highlight=False)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    resume = resume_command(config, sets, out) if datasets is None else None
-    _write_running(out, cfg, resume)
-    clock.mark("entered")
-    address, summary = None, None
-    try:
-        with (nullcontext() if ray_logs else ray_driver_log(out / "ray-driver.log")), \
-                ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
-                            connect_timeout_s=cfg.run.connect_timeout_s,
-                            allocator=cfg.run.allocator, log_to_driver=ray_logs) as session:
-            clock.mark("ray_started")
-            address = session.address
-            console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
-                          f"writing {out.resolve()}")
-            _link_ray_logs(session, out)
-            try:
-                summary = run_job(cfg, out, ray_address=session.address, console=console,
-                                  clock=clock, show_progress=show_progress, source=source,
-                                  task=task, datasets=datasets)
-                clock.mark("outputs_done")
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:
-                running = json.loads((out / "summary.json").read_text())
-                if running.get("status") == "running":  # the job did not say why itself
-                    (out / "summary.json").write_text(json.dumps(running | {
-                        "status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                        "ray_address": session.address}, indent=2))
-                raise
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM; what the run started has stopped by now
-        raise _stopped(config if datasets is None else cfg, sets, cfg, out, address,
-                       summary) from None
-    clock.mark("ray_stopped")
-    summary = _with_breakdown(summary, clock, out)
+    given, task = task, check_task(cfg, task)  # and a task that cannot be imported
+    from pipeline.cluster.session import ray_driver_log, ray_session
+    from pipeline.job.runner import run_job
+    from pipeline.train.step import NonFiniteLossError
+
+    rundir = RunDir(output_dir(cfg))
+    out = rundir.path
+    with rundir.claim() as found:  # held until the run ends: no second run in the folder
+        if found:
+            _check_resumed_task(out, task)
+            console.print(f"[yellow]resume[/]: {escape(found)}", highlight=False)
+        (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        task_sets = _task_set(cfg, task, given)
+        resume = (resume_command(config, [*sets, *task_sets], out)
+                  if datasets is None and task_sets is not None else None)
+        rundir.write_running(cfg.run.name, cfg.train.epochs, resume)
+        clock.mark("entered")
+        address, summary = None, None
+        try:
+            with (nullcontext() if ray_logs else ray_driver_log(out / "ray-driver.log")), \
+                    ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
+                                connect_timeout_s=cfg.run.connect_timeout_s,
+                                allocator=cfg.run.allocator, log_to_driver=ray_logs) as session:
+                clock.mark("ray_started")
+                address = session.address
+                console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
+                              f"writing {out.resolve()}")
+                _link_ray_logs(session, out)
+                try:
+                    summary = run_job(cfg, out, ray_address=session.address, console=console,
+                                      clock=clock, show_progress=show_progress, source=source,
+                                      task=task, datasets=datasets)
+                    clock.mark("outputs_done")
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:
+                    running = rundir.read_summary() or {}
+                    if running.get("status") == "running":  # the job did not say why itself
+                        status = "diverged" if isinstance(exc, NonFiniteLossError) else "failed"
+                        rundir.write_summary(running | {
+                            "status": status, "error": f"{type(exc).__name__}: {exc}",
+                            "ray_address": session.address})
+                    raise
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM; what the run started has stopped by now
+            raise _stopped(config if datasets is None else cfg, sets, cfg, rundir, address,
+                           summary) from None
+        clock.mark("ray_stopped")
+        summary = _with_breakdown(summary, clock, rundir)
     return RunResult(output=out, summary=summary, config=cfg)
+
+
+def _task_set(cfg: Config, task: Any, given: Any) -> list[str] | None:
+    """The overrides that make a resume train the task given to ``pipeline.run(task=...)``:
+    none when no task was given; None when it cannot be rebuilt from a name (no resume command:
+    rerun ``pipeline.run`` with the same task and output)."""
+    from pipeline.train.task import task_setting
+
+    if given is None:
+        return []
+    setting = task_setting(task)
+    if setting is None:
+        return None
+    return [f"train.task={setting}"] if setting != cfg.train.task else []
+
+
+def _check_resumed_task(out: Path, task: Any) -> None:
+    """A resume trains the task its checkpoints were made by, or is refused with the remedy."""
+    from pipeline.job.runner import last_checkpoint
+    from pipeline.train.task import task_name
+
+    checkpoint = last_checkpoint(out)
+    made_by, this = (checkpoint or {}).get("task"), task_name(task)
+    if made_by and made_by != this:
+        raise ConfigError([f"run.output ({str(out)!r}) holds checkpoints of task {made_by!r}, "
+                           f"but this run trains {this!r}: resume with the same task "
+                           f"(pipeline.run(task=...) or train.task) or choose another "
+                           f"run.output"])
 
 
 def resume_command(config: str | Path | dict | Config, sets: list[str] | tuple[str, ...],
@@ -210,13 +206,14 @@ def resume_command(config: str | Path | dict | Config, sets: list[str] | tuple[s
     return shlex.join([*args, "--output", str(out)])
 
 
-def _stopped(config: str | Path | dict | Config, sets: list[str], cfg: Config, out: Path,
+def _stopped(config: str | Path | dict | Config, sets: list[str], cfg: Config, rundir: RunDir,
              address: str | None, summary: dict[str, Any] | None) -> RunStopped:
     """Write ``summary.json`` for a run stopped by a signal (unless it had finished and the stop
     came while Ray shut down) and return the :class:`RunStopped` to raise."""
     from pipeline.job.runner import last_checkpoint
 
     signum = received() or signal.SIGINT  # a plain KeyboardInterrupt: Ctrl-C
+    out = rundir.path
     if summary is None:
         checkpoint = last_checkpoint(out)
         summary = {
@@ -232,20 +229,8 @@ def _stopped(config: str | Path | dict | Config, sets: list[str], cfg: Config, o
             "resume": resume_command(config, sets, out),
             "ray_address": address,
         }
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        rundir.write_summary(summary)
     return RunStopped(signum, out, summary)
-
-
-def _write_running(out: Path, cfg: Config, resume: str | None) -> None:
-    """``summary.json`` while the run goes: which process holds the directory, so that a rerun
-    refuses a live one and knows a killed one (the status stays ``running``) for what it is."""
-    from pipeline.procfs import started
-
-    (out / "summary.json").write_text(json.dumps({
-        "status": "running", "name": cfg.run.name, "epochs": cfg.train.epochs,
-        "pid": os.getpid(), "pid_start": started(os.getpid()),
-        "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "resume": resume}, indent=2))
 
 
 def _link_ray_logs(session: Any, out: Path) -> None:
@@ -257,14 +242,14 @@ def _link_ray_logs(session: Any, out: Path) -> None:
         link.symlink_to(logs, target_is_directory=True)
 
 
-def _with_breakdown(summary: dict[str, Any], clock: JobClock, out: Path) -> dict[str, Any]:
+def _with_breakdown(summary: dict[str, Any], clock: JobClock, rundir: RunDir) -> dict[str, Any]:
     """The run's wall time and throughput from its start to Ray's shutdown, and where the time
     went: into summary.json and report.md."""
     rows = clock.breakdown()
     wall = sum(r["seconds"] for r in rows)
     summary = summary | {"wall_seconds": wall, "breakdown": rows,
                          "samples_per_second": summary["samples"] / wall if wall else 0.0}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    with open(out / "report.md", "a") as fh:
+    rundir.write_summary(summary)
+    with open(rundir.path / "report.md", "a") as fh:
         fh.write("\n" + to_markdown(rows))
     return summary

@@ -7,6 +7,9 @@
 - :class:`PlanError`: the resources cannot run the plan without starving a stage (exit 3).
 - :class:`BadSampleThresholdError`: more bad samples than ``data.max_bad_fraction`` /
   ``data.max_consecutive_bad`` allow (exit 1); ``quarantine.jsonl`` says which and why.
+- :class:`NonFiniteLossError`: the training loss was NaN or infinite in more than
+  ``train.max_nonfinite_steps`` steps: the run diverged (status ``diverged``, exit 5); the last
+  checkpoint saved before it is kept.
 - :class:`RunStopped`: Ctrl-C or SIGTERM stopped the run (resumable; exit 130 / 143).
 - :class:`CollectiveTimeoutError`: a collective did not finish in ``collective.timeout_s``.
 
@@ -18,6 +21,7 @@ from typing import Any
 
 _WHERE = {"ConfigError": "pipeline.config.loader", "PlanError": "pipeline.cluster.planner",
           "BadSampleThresholdError": "pipeline.data.reader", "RunStopped": "pipeline.cluster.stop",
+          "NonFiniteLossError": "pipeline.train.step",
           "CollectiveTimeoutError": "pipeline.collective.process_group"}
 __all__ = sorted(_WHERE)
 

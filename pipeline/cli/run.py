@@ -75,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
     from pipeline.api import run
     from pipeline.cluster.stop import RunStopped, received
     from pipeline.data.reader import BadSampleThresholdError
-    from pipeline.errors import PlanError
+    from pipeline.errors import NonFiniteLossError, PlanError
     from pipeline.job.breakdown import JobClock
     from pipeline.procfs import process_start
 
@@ -110,6 +110,9 @@ def _run(args: argparse.Namespace) -> int:
     except BadSampleThresholdError as exc:
         console.print(f"[red]run stopped[/]: {exc}")
         return 1
+    except NonFiniteLossError as exc:
+        console.print(f"[red]run diverged[/]: {escape(str(exc))}", highlight=False)
+        return 5
     except ConnectionError as exc:  # the cluster at run.address never answered
         console.print(f"[red]cluster unreachable[/]: {escape(str(exc))}", highlight=False)
         return 4

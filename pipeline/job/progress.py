@@ -8,7 +8,6 @@ in the run directory (:mod:`pipeline.job.delivered`), so a stopped run's rerun a
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import defaultdict
@@ -18,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pipeline import jsonio
 from pipeline.job.delivered import save_epoch
 
 logger = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ class ProgressMonitor:
         self.attempts: list[dict | None] = []  # rank 0's starts: None, then where it resumed
         self.worker_marks: dict[str, float] = {}  # rank 0's first start (Unix times)
         self.nccl_received: dict[int, dict | None] = {}  # rank → its NCCL plan (None: no GPU)
+        self.diverged: str | None = None  # a rank's NonFiniteLossError, said before it raised
         self._reported: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
@@ -78,19 +79,21 @@ class ProgressMonitor:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        self._drain()  # whatever arrived between the last poll and the end of fit()
+        self.drain()  # whatever arrived between the last poll and the end of fit()
         self._progress.stop()
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
-            self._drain()
+            self.drain()
             if self.pool is not None:
                 try:
                     self.pool.tick()
                 except Exception:  # a failed decision must not stop the progress display
                     logger.exception("pool controller")
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
+        """Take what the workers sent since the last call (the driver's thread polls; a caller
+        that must know now, after a failed fit, may call it too)."""
         import ray
 
         try:
@@ -113,6 +116,8 @@ class ProgressMonitor:
                 self.profile_tails[record["rank"]] = record["profile"]
                 if record.get("events"):
                     self.events[record["rank"]] = record["events"]
+            elif record["type"] == "diverged":
+                self.diverged = self.diverged or record["message"]
             elif record["type"] == "start":
                 self.nccl_received[record["rank"]] = record.get("nccl_plan")
             if record["type"] == "start" and record["rank"] == 0:
@@ -150,7 +155,7 @@ class ProgressMonitor:
                               for r, v in sorted(ranks.items())}
         self.epoch_metrics.append(merged)
         with open(self.metrics_path, "a") as fh:
-            fh.write(json.dumps(merged) + "\n")
+            fh.write(jsonio.dumps(merged) + "\n")
         self._progress.update(self._task, completed=epoch * self._samples_per_epoch,
                               epoch=min(epoch + 1, self.epochs),
                               rate=f"{merged['samples_per_second']:,.0f} samples/s")

@@ -34,8 +34,10 @@ from pipeline.job.inbox import RunInbox
 from pipeline.job.network import nccl_advice, pool_cpus
 from pipeline.job.outputs import sum_transfer, write_profile
 from pipeline.job.progress import ProgressMonitor
+from pipeline.job.rundir import RunDir
 from pipeline.train.checkpoint import META_FILE
 from pipeline.train.loop import WorkerSpec, train_loop
+from pipeline.train.step import NonFiniteLossError
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +133,8 @@ def last_checkpoint(output: Path) -> dict[str, Any] | None:
         return None
     path = snapshot.parent / latest["checkpoint_dir_name"]
     meta = json.loads((path / META_FILE).read_text())
-    return {"path": str(path), "epoch": meta["epoch"], "step": meta["step"]}
+    return {"path": str(path), "epoch": meta["epoch"], "step": meta["step"],
+            "task": meta.get("task")}
 
 
 def _exactly_once(accounting: list[dict[str, Any]], epochs: int) -> bool | None:
@@ -177,7 +180,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     reporter = RunInbox.options(**_on_this_node()).remote()
     data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
                           quarantine=quarantine, source=source, datasets=datasets,
-                          pulse=reporter if config.data.ours else None)
+                          pulse=reporter if config.data.ours else None,
+                          reshuffle=not config.train.deterministic)
     what = (f"{len(data.classes)} classes" if data.classes
             else f"input {data.field!r} {list(data.sample_shape)}")
     console.print(f"[bold]data[/]: {data.num_train:,} train / {data.num_val:,} validation samples, "
@@ -206,6 +210,9 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
             trainer.abort()
             raise
         except Exception as exc:
+            monitor.drain()
+            if monitor.diverged:  # a rank's loss went NaN: said whole, not as a worker failure
+                raise NonFiniteLossError(monitor.diverged) from exc
             # Ray truncates worker tracebacks; a threshold the readers hit is reported whole.
             reason = ray.get(quarantine.failure.remote(), timeout=30)
             if reason:  # the quarantine says which files to fix: write it before stopping
@@ -294,6 +301,6 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         summary |= {"status": "failed", "error": str(exc)}
         raise
     finally:
-        (output / "summary.json").write_text(json.dumps(summary, indent=2))
+        RunDir(output).write_summary(summary)
     discard(output / EPOCHS_DIR)  # delivered.npz holds every epoch now
     return summary

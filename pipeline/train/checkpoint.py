@@ -11,7 +11,6 @@ never falling back to unrestricted unpickling. Runs in Train workers; :func:`sta
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -21,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from pipeline import jsonio
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def save(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, epoch: int
             torch.save(state(model, optimizer, scheduler, epoch=epoch, step=step,
                              consumed=consumed), os.path.join(tmp, STATE_FILE))
             with open(os.path.join(tmp, META_FILE), "w") as fh:
-                json.dump(meta | {"epoch": epoch, "step": step, "metrics": metrics}, fh,
-                          default=str)
+                fh.write(jsonio.dumps(meta | {"epoch": epoch, "step": step, "metrics": metrics},
+                                      default=str))
             checkpoint = ray.train.Checkpoint.from_directory(tmp)
         ray.train.report(metrics, checkpoint=checkpoint)

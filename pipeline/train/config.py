@@ -49,6 +49,9 @@ class TrainConfig:
     grad_clip_norm: float = option(0.0, "clip the gradients' total L2 norm to this before each "
                                         "optimizer step; 0 turns clipping off", ge=0)
     seed: int = option(0, "seed of model initialisation")
+    max_nonfinite_steps: int = option(0, "steps whose loss may be NaN or infinite before the "
+                                         "run stops as diverged (a NaN step already spoils the "
+                                         "weights: the last good checkpoint is kept)", ge=0)
     max_failures: int = option(0, "worker-group restarts Ray Train may make; a restart resumes "
                                   "from the last checkpoint, mid-epoch", ge=0)
     checkpoint_every: int = option(0, "also checkpoint every N optimizer steps inside an epoch "

@@ -55,7 +55,7 @@ def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gaug
     rank = dist.get_rank() if dist.is_initialized() else 0
     samples = steps = 0
     loss_sum = torch.zeros((), device=device)  # summed on device: no sync per step
-    last_push = last_pulse = time.perf_counter()
+    last_push = last_pulse = last_check = time.perf_counter()
     pulse = spec.config.data.ours  # each rank's wait, for the pool controller
     pulse_wait = pulse_step = 0.0
     pulse_steps = 0
@@ -114,6 +114,9 @@ def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gaug
                                            "t": time.time()})
                 pulse_wait = pulse_step = 0.0
                 pulse_steps, last_pulse = 0, now
+        if now - last_check >= PROGRESS_EVERY_S:  # a diverged run stops within a second
+            stepper.check_finite(epoch)
+            last_check = now
         if rank == 0 and now - last_push >= PROGRESS_EVERY_S:
             spec.reporter.push.remote({"type": "progress", "epoch": epoch,
                                        "samples": samples * world})
@@ -126,6 +129,7 @@ def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gaug
         spec.reporter.push.remote({"type": "wait", "rank": rank, "wait_s": pulse_wait,
                                    "step_s": pulse_step, "steps": pulse_steps,
                                    "t": time.time(), "epoch_done": epoch + 1})
+    stepper.check_finite(epoch)  # before validation, the report and the epoch's checkpoint
     seen = torch.cat(ids).cpu().numpy() if ids else np.empty(0, np.int64)
     return samples, steps, float(loss_sum), first_batch_s, seen
 

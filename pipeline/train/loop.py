@@ -187,7 +187,7 @@ def _build(spec: WorkerSpec, device: torch.device, world: int, prof: StepProfile
     return Stepper(task=task, model=model, ddp=ddp, optimizer=optimizer,
                    scheduler=task.configure_scheduler(optimizer, cfg, total), device=device,
                    accum=cfg.train.grad_accum_steps, clip=cfg.train.grad_clip_norm,
-                   precision=cfg.train.precision)
+                   precision=cfg.train.precision, max_nonfinite=cfg.train.max_nonfinite_steps)
 
 
 def train_loop(loop_config: dict[str, Any]) -> None:
@@ -212,6 +212,9 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     prof = StepProfiler.from_config(cfg.profile, rank=rank, device=device)
     gauges = TrainMetrics(cfg.run.name, rank)
     stepper = _build(spec, device, world, prof)
+    # the driver learns why before Ray Train reports a failed worker (pushed and waited for)
+    stepper.on_diverged = lambda message: ray.get(spec.reporter.push.remote(
+        {"type": "diverged", "rank": rank, "message": message}), timeout=30)
     model, ddp, optimizer, scheduler = (stepper.model, stepper.ddp, stepper.optimizer,
                                         stepper.scheduler)
     train_shard = ray.train.get_dataset_shard("train")
@@ -240,6 +243,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             # step counts differ (each skips different ids), so that epoch saves at its end only.
             every = cfg.train.checkpoint_every
             if every and (steps // stepper.accum) % every == 0:
+                stepper.check_finite(epoch)  # never a checkpoint of diverged weights
                 with prof.phase("checkpoint"):
                     mine = torch.cat(ids).cpu().numpy()
                     checkpoint.save(model, optimizer, epoch=epoch, step=steps,

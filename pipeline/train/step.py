@@ -27,6 +27,11 @@ from torch import nn
 from pipeline.train.task import Task
 
 
+class NonFiniteLossError(FloatingPointError):
+    """The training loss was NaN or infinite in more than ``train.max_nonfinite_steps`` steps:
+    the run diverged (status ``diverged``, exit 5)."""
+
+
 @dataclass
 class Stepper:
     """What one Train worker trains with, and how it steps (built in the worker; not picklable).
@@ -62,8 +67,31 @@ class Stepper:
             return contextlib.nullcontext()
         return self.ddp.no_sync()
 
+    max_nonfinite: int = 0  # train.max_nonfinite_steps
+    on_diverged: Any = None  # called with the error's message before it is raised
+    _nonfinite: torch.Tensor | None = None  # non-finite losses so far, counted on the device
+
     def backward(self, loss: torch.Tensor) -> None:
+        bad = (~torch.isfinite(loss.detach())).to(torch.int64)  # no host sync per step
+        self._nonfinite = bad if self._nonfinite is None else self._nonfinite + bad
         (loss / self.accum if self.accum > 1 else loss).backward()
+
+    def check_finite(self, epoch: int) -> None:
+        """Raise :class:`NonFiniteLossError` once more than ``max_nonfinite`` losses were NaN or
+        infinite (one host sync: the loop calls it about once a second, at the end of every
+        pass and before every checkpoint, so no checkpoint ever holds what a diverged step
+        made of the weights)."""
+        count = 0 if self._nonfinite is None else int(self._nonfinite.item())
+        if count > self.max_nonfinite:
+            lr = self.optimizer.param_groups[0].get("lr")
+            message = (
+                f"the training loss was NaN or infinite in {count} step(s) by epoch {epoch + 1} "
+                f"(train.max_nonfinite_steps is {self.max_nonfinite}): the run diverged and was "
+                f"stopped; the last checkpoint saved before it is kept. Lower train.lr (now "
+                f"{lr:g}), set train.grad_clip_norm, or check the data and the task's loss")
+            if self.on_diverged is not None:
+                self.on_diverged(message)
+            raise NonFiniteLossError(message)
 
     def step(self) -> None:
         """Clip, step the optimizer and the schedule, clear the gradients."""

@@ -190,6 +190,25 @@ def task_name(task: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def task_setting(task: Any) -> str | None:
+    """``train.task`` that rebuilds a task given in Python (``'module:Class'``), for a resume
+    command: None when its class cannot be imported by that name or needs arguments (the
+    resume must then pass the same object again)."""
+    import importlib
+    import inspect
+
+    cls = type(task.inner if isinstance(task, _DuckTask) else task)
+    name = task_name(task)
+    if name in TASKS:
+        return name
+    try:
+        found = getattr(importlib.import_module(cls.__module__), cls.__qualname__, None)
+        inspect.signature(cls).bind()
+    except (ImportError, TypeError, ValueError):
+        return None
+    return f"{cls.__module__}:{cls.__qualname__}" if found is cls else None
+
+
 class _DuckTask(Task):
     """A task that does not subclass :class:`Task`: its own methods, Task's defaults for the
     rest (an instance attribute shadows the class's method). Pickles with the object it wraps."""

@@ -73,3 +73,17 @@ def position_rows(path):
 
     return ray.data.read_parquet(path).map_batches(_stack, batch_format="numpy")
 
+
+
+class DivergingTask(ClassificationTask):
+    """Cross-entropy until a worker's ``after``-th step, NaN from there on (as a learning rate
+    far too high ends): the run must stop as diverged, not end ``succeeded``."""
+
+    def __init__(self, after: int):
+        self.after = after
+        self.steps = 0  # per Train worker: each has its own copy of the task
+
+    def loss(self, model, batch):
+        self.steps += 1
+        loss = super().loss(model, batch)
+        return loss * float("nan") if self.steps > self.after else loss

@@ -132,3 +132,28 @@ def test_cli_exits_3_on_starving_plan_against_a_cluster(ray_cluster, tmp_path):
         capture_output=True, text=True, timeout=100, cwd=ROOT)
     assert out.returncode == 3, out.stderr[-2000:]
     assert "plan starves preprocessing" in out.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_run_whose_loss_turns_nan_stops_as_diverged_and_keeps_its_last_good_checkpoint(
+        ray_cluster, tmp_path):
+    """Issue 30: a NaN loss used to train on, save NaN weights and end ``succeeded`` with bare
+    NaN in summary.json. The quickstart's epoch is 23 steps per worker: NaN from step 30."""
+    from pipeline.errors import NonFiniteLossError
+    from pipeline.job.runner import last_checkpoint
+    from tests.integration.tasks_for_tests import DivergingTask
+
+    out = tmp_path / "out"
+    with pytest.raises(NonFiniteLossError, match=r"NaN or infinite in \d+ step\(s\) by epoch 2 "
+                                                 r"\(train.max_nonfinite_steps is 0\).*Lower "
+                                                 r"train.lr \(now 0.05\)"):
+        pipeline.run(QUICKSTART, show_progress=False, task=DivergingTask(after=30),
+                     sets=["train.epochs=3", f"run.output={out}"])
+    summary = json.loads((out / "summary.json").read_text())  # strict JSON: it parses
+    assert summary["status"] == "diverged" and "NonFiniteLossError" in summary["error"]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in lines if "train_loss" in m] == [1]  # epoch 2 never reported
+    good = last_checkpoint(out)  # what a rerun resumes from: epoch 1's, never a NaN one
+    assert good["epoch"] == 1 and good["step"] == 0
+    state = torch.load(Path(good["path"]) / "model.pt", weights_only=True)
+    assert all(torch.isfinite(v).all() for v in state["model"].values())

@@ -8,6 +8,7 @@ import pytest
 
 import pipeline
 from pipeline.config import ConfigError
+from pipeline.job.rundir import RunDir
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples/quickstart.yaml"
 
@@ -43,35 +44,100 @@ def test_a_directory_a_live_run_holds_is_refused_with_its_process(tmp_path):
         pipeline.run(QUICKSTART, sets=[f"run.output={tmp_path}"])
 
 
+def claim(path: Path) -> str | None:
+    """What a run says of the folder when it takes it (and lets it go again)."""
+    with RunDir(path).claim() as found:
+        return found
+
+
 def test_a_killed_run_is_named_for_what_it_is_and_resumed(tmp_path):
     import os
     import subprocess
     import sys
 
-    from pipeline.api import previous_run
     from pipeline.procfs import stat
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     running(tmp_path, int(gone.stdout), 1)  # exited: its pid is free or someone else's
-    assert previous_run(tmp_path) == (
+    assert claim(tmp_path) == (
         f"{tmp_path}: the run there ended without a word (process {int(gone.stdout)} on "
         f"{__import__('socket').gethostname()} is gone: killed?); no checkpoint: starting again")
     # a live process under the recorded pid, started at another time: a reused pid, not the run
     running(tmp_path, os.getpid(), stat(os.getpid()).start + 1)
-    assert "ended without a word" in previous_run(tmp_path)
+    assert "ended without a word" in claim(tmp_path)
 
 
-def test_a_stopped_or_failed_run_is_said_before_it_resumes(tmp_path):
-    from pipeline.api import previous_run
-
+def test_a_stopped_failed_or_diverged_run_is_said_before_it_resumes(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"status": "stopped",
                                                        "signal": "SIGTERM"}))
-    assert "the run there was stopped by SIGTERM; no checkpoint" in previous_run(tmp_path)
+    assert "the run there was stopped by SIGTERM; no checkpoint" in claim(tmp_path)
     (tmp_path / "summary.json").write_text(json.dumps({"status": "failed",
                                                        "error": "OSError: disk full"}))
-    assert "the run there failed (OSError: disk full)" in previous_run(tmp_path)
-    assert previous_run(tmp_path / "new") is None
+    assert "the run there failed (OSError: disk full)" in claim(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "diverged", "error": "NaN"}))
+    assert "the run there diverged (NaN)" in claim(tmp_path)
+    assert claim(tmp_path / "new") is None
+
+
+HOLD = """
+import sys
+from pathlib import Path
+from pipeline.job.rundir import RunDir
+with RunDir(Path(sys.argv[1])).claim():
+    print("claimed", flush=True)
+    sys.stdin.read()  # holds the folder until the test closes our stdin
+"""
+
+
+def test_a_second_run_on_a_held_folder_is_refused_and_the_lock_goes_with_its_process(tmp_path):
+    """Two runs started at the same moment: the one that claims second is refused, though the
+    first has not written its summary yet; once the first process is gone, the folder is free."""
+    import subprocess
+    import sys
+
+    first = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert first.stdout.readline().strip() == "claimed"
+        with pytest.raises(ConfigError, match=r"is in use by a run still going; wait for it"):
+            claim(tmp_path)
+        with pytest.raises(ConfigError, match=r"in use by a run still going"):
+            pipeline.run(QUICKSTART, sets=[f"run.output={tmp_path}"])
+    finally:
+        first.communicate("", timeout=60)  # its stdin closes: it lets go and exits
+    assert claim(tmp_path) is None
+
+
+def test_a_run_whose_summary_is_damaged_is_neither_resumed_nor_overwritten(tmp_path):
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    (tmp_path / "summary.json").write_text('{"status": "succ')  # cut mid-write
+    with pytest.raises(ConfigError, match=r"holds a run \(checkpoint, metrics.jsonl\) but "
+                                          r"summary.json is unreadable \(JSONDecodeError"):
+        claim(tmp_path)
+    (tmp_path / "summary.json").unlink()
+    with pytest.raises(ConfigError, match=r"summary.json is missing: its state is unknown"):
+        claim(tmp_path)
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"epoch": 1}\n'  # untouched
+
+
+def test_a_folder_of_someone_elses_files_is_refused(tmp_path):
+    (tmp_path / "config.yaml").write_text("my: own\n")
+    (tmp_path / "report.md").write_text("# mine\n")
+    with pytest.raises(ConfigError, match=r"holds files that are not a Feedline run's "
+                                          r"\(config.yaml, report.md\)"):
+        pipeline.run(QUICKSTART, sets=[f"run.output={tmp_path}"])
+    assert (tmp_path / "config.yaml").read_text() == "my: own\n"
+
+
+def test_summaries_are_strict_json(tmp_path):
+    rundir = RunDir(tmp_path)
+    rundir.write_summary({"status": "diverged", "train_loss": float("nan"),
+                          "per_epoch": [1.0, float("inf")]})
+    text = (tmp_path / "summary.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"status": "diverged", "train_loss": None, "per_epoch": [1.0, None]}
 
 
 def test_a_task_that_cannot_be_imported_is_refused_before_ray_starts(tmp_path):
@@ -80,3 +146,36 @@ def test_a_task_that_cannot_be_imported_is_refused_before_ray_starts(tmp_path):
         pipeline.run(QUICKSTART, sets=[f"run.output={tmp_path}",
                                        "train.task=no_such_pkg.tasks:Mine"])
     assert not (tmp_path / "config.yaml").exists()  # refused before the run began
+
+
+def test_a_resume_trains_the_task_its_checkpoints_were_made_by(tmp_path):
+    """A task given to pipeline.run(task=...) reaches the resume command when it can be rebuilt
+    by name; a rerun with another task than the checkpoints' is refused before Ray starts."""
+    from pipeline.api import _task_set
+    from pipeline.config import load_config
+    from pipeline.train.task import ClassificationTask, task_setting
+    from tests.unit.train.tasks import WeightedSumTask
+
+    cfg = load_config(QUICKSTART)
+    assert task_setting(WeightedSumTask()) == "tests.unit.train.tasks:WeightedSumTask"
+    assert _task_set(cfg, WeightedSumTask(), WeightedSumTask()) == [
+        "train.task=tests.unit.train.tasks:WeightedSumTask"]
+    assert _task_set(cfg, ClassificationTask(), ClassificationTask()) == []  # the config's own
+    assert _task_set(cfg, ClassificationTask(), None) == []
+
+    class Local(ClassificationTask):  # not importable by its name: no resume command
+        pass
+
+    assert task_setting(Local()) is None and _task_set(cfg, Local(), Local()) is None
+
+    checkpoint = tmp_path / "ray" / "train" / "checkpoint_1"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "meta.json").write_text(json.dumps(
+        {"task": "tests.unit.train.tasks.WeightedSumTask", "epoch": 1, "step": 0}))
+    (tmp_path / "ray" / "train" / "checkpoint_manager_snapshot.json").write_text(json.dumps(
+        {"latest_checkpoint_result": {"checkpoint_dir_name": "checkpoint_1"}}))
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "stopped", "signal": "SIGINT"}))
+    with pytest.raises(ConfigError, match=r"holds checkpoints of task 'tests.unit.train.tasks."
+                                          r"WeightedSumTask', but this run trains "
+                                          r"'classification'"):
+        pipeline.run(QUICKSTART, sets=[f"run.output={tmp_path}"])
