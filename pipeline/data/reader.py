@@ -34,6 +34,7 @@ from pipeline.data.bad_samples import (
 )
 from pipeline.data.read_images import SPECIAL_FILES, ImageReading, ReadThread, to_eight_bit
 from pipeline.data.read_tables import TableReading
+from pipeline.messages import DecodeBusy, send
 
 __all__ = ["MIN_SAMPLES_FOR_FRACTION", "SPECIAL_FILES", "Z", "BadSample",
            "BadSampleThresholdError", "Batch", "EpochManifest", "ReadThread", "ReaderSpec",
@@ -178,8 +179,7 @@ class SampleReader(ImageReading, TableReading):
             now = time.monotonic()
             self._busy += now - start
             if now - self._pushed >= PULSE_S:
-                self.pulse.push.remote({"type": "decode", "actor": self._name,
-                                        "busy_s": self._busy, "t": time.time()})
+                send(self.pulse, DecodeBusy(actor=self._name, busy_s=self._busy, t=time.time()))
                 self._busy, self._pushed = 0.0, now
 
     def _convert(self, batch: Batch) -> Batch:

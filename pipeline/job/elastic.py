@@ -18,7 +18,6 @@ totals for shrinking (:func:`~pipeline.data.elastic.decide_epoch`); on a change 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -26,6 +25,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from pipeline import jsonio
 from pipeline.data.config import DataConfig
 from pipeline.data.elastic import (
     CLOSED,
@@ -37,6 +37,7 @@ from pipeline.data.elastic import (
     decide_epoch,
 )
 from pipeline.job.network import pool_cpus
+from pipeline.messages import DecodeBusy, RankWait
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class PoolController:
         self.samples: list[dict[str, Any]] = []  # every tick: t, target, actors, wait, busy
         self.decisions: list[dict[str, Any]] = []
         self.requested: int = 0  # CPU bundles asked of Ray's autoscaler now
-        self._pulses: deque[dict[str, Any]] = deque()
+        self._pulses: deque[RankWait | DecodeBusy] = deque()
         self._epoch_waits: dict[int, list[float]] = {}  # rank → [wait s, step s] this epoch
         self._epoch_work = 0.0  # decode actor-seconds this epoch
         self._lock = threading.Lock()
@@ -78,23 +79,23 @@ class PoolController:
         self._publish()
 
     # -- input ---------------------------------------------------------------------------------
-    def observe(self, record: dict[str, Any]) -> None:
-        """A ``wait`` or ``decode`` record (any thread)."""
+    def observe(self, pulse: RankWait | DecodeBusy) -> None:
+        """A rank's wait or an actor's decode time (any thread)."""
+        ended = None
         with self._lock:
-            self._pulses.append(record)
-            if record["type"] == "wait":
-                got = self._epoch_waits.setdefault(record["rank"], [0.0, 0.0])
-                got[0] += record["wait_s"]
-                got[1] += record["step_s"]
+            self._pulses.append(pulse)
+            if isinstance(pulse, RankWait):
+                got = self._epoch_waits.setdefault(pulse.rank, [0.0, 0.0])
+                got[0] += pulse.wait_s
+                got[1] += pulse.step_s
+                if pulse.epoch_done:
+                    done = self._done.setdefault(pulse.epoch_done, set())
+                    done.add(pulse.rank)
+                    ended = pulse.epoch_done if len(done) == self.world_size else None
             else:
-                self._epoch_work += record["busy_s"]
-            ended = False
-            if record.get("epoch_done"):
-                done = self._done.setdefault(record["epoch_done"], set())
-                done.add(record["rank"])
-                ended = len(done) == self.world_size
+                self._epoch_work += pulse.busy_s
         if ended:  # every rank's pass is over: judged before the next epoch's pool starts
-            self._done.pop(record["epoch_done"], None)
+            self._done.pop(ended, None)
             self.epoch_end()
 
     def window(self, now: float) -> Window:
@@ -103,20 +104,20 @@ class PoolController:
         settled = self._full_at or self._changed + self.config.autoscale_cooldown_s / 2
         start = max(now - WINDOW_S, settled)
         with self._lock:
-            while self._pulses and self._pulses[0]["t"] < now - WINDOW_S:
+            while self._pulses and self._pulses[0].t < now - WINDOW_S:
                 self._pulses.popleft()
-            pulses = [p for p in self._pulses if p["t"] >= start]
+            pulses = [p for p in self._pulses if p.t >= start]
         waits: dict[int, list[float]] = {}
         busy: dict[str, float] = {}
         steps = 0
         for p in pulses:
-            if p["type"] == "wait":
-                got = waits.setdefault(p["rank"], [0.0, 0.0])
-                got[0] += p["wait_s"]
-                got[1] += p["step_s"]
-                steps += p["steps"]
+            if isinstance(p, RankWait):
+                got = waits.setdefault(p.rank, [0.0, 0.0])
+                got[0] += p.wait_s
+                got[1] += p.step_s
+                steps += p.steps
             else:
-                busy[p["actor"]] = busy.get(p["actor"], 0.0) + p["busy_s"]
+                busy[p.actor] = busy.get(p.actor, 0.0) + p.busy_s
         wait = max((w / s for w, s in waits.values() if s > 0), default=0.0)
         actors = len(busy)
         share = sum(busy.values()) / (actors * (now - start)) if actors and now > start else 0.0
@@ -187,7 +188,7 @@ class PoolController:
                   if record["size_before"] != record["size_after"] else "")
         self.console.print(f"pool: {record['action']}{change}: {record['reason']}")
         with open(self.metrics_path, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
+            fh.write(jsonio.dumps(record) + "\n")
 
     def _publish(self) -> None:
         """The pool's CPU limit: its target, within the CPUs it can have now (those of the nodes

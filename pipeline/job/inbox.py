@@ -1,15 +1,16 @@
 """Live progress from Train workers to the driver, through one small actor.
 
 Ray Train v2 keeps only checkpointed metrics in ``Result.metrics``; the driver wants every epoch
-of every rank as it happens (progress, ``metrics.jsonl``, the profile). Workers push records to
-this actor fire-and-forget; the driver drains it while ``fit()`` runs.
+of every rank as it happens (progress, ``metrics.jsonl``, the profile). Workers send their
+messages (:mod:`pipeline.messages`) to this actor fire-and-forget; the driver drains it while
+``fit()`` runs.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import ray
+
+from pipeline.messages import Message
 
 
 @ray.remote(num_cpus=0)
@@ -17,12 +18,12 @@ class RunInbox:
     """Lives on the driver node; holds records until the driver drains them."""
 
     def __init__(self):
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[Message] = []
 
-    def push(self, record: dict[str, Any]) -> None:
-        self._pending.append(record)
+    def push(self, message: Message) -> None:
+        self._pending.append(message)
 
-    def drain(self) -> list[dict[str, Any]]:
+    def drain(self) -> list[Message]:
         out, self._pending = self._pending, []
         return out
 

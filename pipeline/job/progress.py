@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,20 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pipeline import jsonio
 from pipeline.job.delivered import save_epoch
+from pipeline.messages import (
+    DecodeBusy,
+    Diverged,
+    EpochDone,
+    EpochProgress,
+    LinkProbe,
+    ProfileTail,
+    RankWait,
+    Started,
+)
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
-_PER_RANK = ("type", "rank", "rank_samples", "rank_seconds", "transfer", "profile", "events",
-             "data_ops", "ids", "resumed_ids")
-
 
 class ProgressMonitor:
     """Runs on the driver; ``with ProgressMonitor(...) as mon: trainer.fit()``."""
@@ -40,7 +48,7 @@ class ProgressMonitor:
         self.delivered_dir = delivered_dir  # each finished epoch's ids, as it ends
         self.console = console
         self.pool = pool  # a PoolController (data.autoscale): gets the wait and decode pulses
-        self.epoch_records: dict[int, dict[int, dict]] = defaultdict(dict)
+        self.epoch_records: dict[int, dict[int, EpochDone]] = defaultdict(dict)
         self.epoch_metrics: list[dict] = []
         self.transfer: dict[int, dict] = {}
         # rank → epoch → span summary (an epoch repeated after a restart replaces the first try)
@@ -101,45 +109,46 @@ class ProgressMonitor:
         except (ray.exceptions.RayError, TimeoutError) as exc:
             logger.warning("progress reporter unavailable: %s", exc)
             return
-        for record in records:
-            if record["type"] in ("wait", "decode"):
+        for message in records:
+            if isinstance(message, (RankWait, DecodeBusy)):
                 if self.pool is not None:
-                    self.pool.observe(record)
-            elif record["type"] == "progress":
-                done = record["epoch"] * self._samples_per_epoch + record["samples"]
-                self._progress.update(self._task, completed=done, epoch=record["epoch"] + 1)
-            elif record["type"] == "epoch":
-                self._on_epoch(record)
-            elif record["type"] == "probe":
-                self.probe = {k: v for k, v in record.items() if k != "type"}
-            elif record["type"] == "profile_tail":  # the last report and checkpoint, timeline
-                self.profile_tails[record["rank"]] = record["profile"]
-                if record.get("events"):
-                    self.events[record["rank"]] = record["events"]
-            elif record["type"] == "diverged":
-                self.diverged = self.diverged or record["message"]
-            elif record["type"] == "start":
-                self.nccl_received[record["rank"]] = record.get("nccl_plan")
-            if record["type"] == "start" and record["rank"] == 0:
-                self.attempts.append(record["resumed"])
-                self.worker_marks = self.worker_marks or record["marks"]
-                if record["resumed"]:
-                    self.console.print(f"restarted: resuming epoch {record['resumed']['epoch'] + 1}"
-                                       f" after step {record['resumed']['step']}")
+                    self.pool.observe(message)
+            elif isinstance(message, EpochProgress):
+                done = message.epoch * self._samples_per_epoch + message.samples
+                self._progress.update(self._task, completed=done, epoch=message.epoch + 1)
+            elif isinstance(message, EpochDone):
+                self._on_epoch(message)
+            elif isinstance(message, LinkProbe):
+                self.probe = asdict(message)
+            elif isinstance(message, ProfileTail):  # the last report and checkpoint, timeline
+                self.profile_tails[message.rank] = message.profile
+                if message.events:
+                    self.events[message.rank] = message.events
+            elif isinstance(message, Diverged):
+                self.diverged = self.diverged or message.message
+            elif isinstance(message, Started):
+                self._on_start(message)
 
-    def _on_epoch(self, record: dict) -> None:
-        epoch = record["epoch"]
-        rank = record["rank"]
-        self.epoch_records[epoch][rank] = record
-        if record.get("profile"):
-            self.profiles[rank][epoch] = record["profile"]
-        if record.get("events"):
-            self.events[rank] = record["events"]
-        if record.get("data_ops"):
-            self.data_ops = record["data_ops"]
-        self.delivered[epoch][rank] = record["ids"]
-        if record.get("resumed_ids") is not None:
-            self.resumed_ids[epoch] = record["resumed_ids"]
+    def _on_start(self, message: Started) -> None:
+        self.nccl_received[message.rank] = message.nccl_plan
+        if message.rank != 0:
+            return
+        self.attempts.append(message.resumed)
+        self.worker_marks = self.worker_marks or message.marks
+        if message.resumed:
+            self.console.print(f"restarted: resuming epoch {message.resumed['epoch'] + 1} after "
+                               f"step {message.resumed['step']}")
+
+    def _on_epoch(self, message: EpochDone) -> None:
+        epoch, rank = message.epoch, message.rank
+        self.epoch_records[epoch][rank] = message
+        if message.profile:
+            self.profiles[rank][epoch] = message.profile
+        if message.data_ops:
+            self.data_ops = message.data_ops
+        self.delivered[epoch][rank] = message.ids
+        if message.resumed_ids is not None:
+            self.resumed_ids[epoch] = message.resumed_ids
         if len(self.epoch_records[epoch]) < self.world_size:
             return  # not every rank yet
         if self.delivered_dir is not None:  # again for an epoch repeated after a restart
@@ -149,9 +158,9 @@ class ProgressMonitor:
             return  # an epoch repeated after a restart: one line each
         self._reported.add(epoch)
         ranks = self.epoch_records[epoch]
-        self.transfer = {r: v["transfer"] for r, v in ranks.items()}  # cumulative per rank
-        merged = {k: v for k, v in ranks[0].items() if k not in _PER_RANK}
-        merged["per_rank"] = {str(r): {"samples": v["rank_samples"], "seconds": v["rank_seconds"]}
+        self.transfer = {r: v.transfer for r, v in ranks.items()}  # cumulative per rank
+        merged = dict(ranks[0].line)
+        merged["per_rank"] = {str(r): {"samples": v.rank_samples, "seconds": v.rank_seconds}
                               for r, v in sorted(ranks.items())}
         self.epoch_metrics.append(merged)
         with open(self.metrics_path, "a") as fh:

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from pipeline.data.augment import augment
+from pipeline.messages import EpochProgress, RankWait, send
 from pipeline.profile import StepProfiler
 from pipeline.train.step import Stepper
 from pipeline.train.task import Task, task_name
@@ -109,26 +110,23 @@ def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gaug
             pulse_wait, pulse_step, pulse_steps = (pulse_wait + waited,
                                                    pulse_step + step_s, pulse_steps + 1)
             if now - last_pulse >= PROGRESS_EVERY_S:
-                spec.reporter.push.remote({"type": "wait", "rank": rank, "wait_s": pulse_wait,
-                                           "step_s": pulse_step, "steps": pulse_steps,
-                                           "t": time.time()})
+                send(spec.reporter, RankWait(rank=rank, wait_s=pulse_wait, step_s=pulse_step,
+                                             steps=pulse_steps, t=time.time()))
                 pulse_wait = pulse_step = 0.0
                 pulse_steps, last_pulse = 0, now
         if now - last_check >= PROGRESS_EVERY_S:  # a diverged run stops within a second
             stepper.check_finite(epoch)
             last_check = now
         if rank == 0 and now - last_push >= PROGRESS_EVERY_S:
-            spec.reporter.push.remote({"type": "progress", "epoch": epoch,
-                                       "samples": samples * world})
+            send(spec.reporter, EpochProgress(epoch=epoch, samples=samples * world))
             last_push = now
         waited = time.perf_counter()
         with prof.span("data_wait"):
             batch = fetch()
         waited = time.perf_counter() - waited
     if pulse:  # the pass is over: the controller judges the epoch while validation runs
-        spec.reporter.push.remote({"type": "wait", "rank": rank, "wait_s": pulse_wait,
-                                   "step_s": pulse_step, "steps": pulse_steps,
-                                   "t": time.time(), "epoch_done": epoch + 1})
+        send(spec.reporter, RankWait(rank=rank, wait_s=pulse_wait, step_s=pulse_step,
+                                     steps=pulse_steps, t=time.time(), epoch_done=epoch + 1))
     stepper.check_finite(epoch)  # before validation, the report and the epoch's checkpoint
     seen = torch.cat(ids).cpu().numpy() if ids else np.empty(0, np.int64)
     return samples, steps, float(loss_sum), first_batch_s, seen

@@ -37,6 +37,7 @@ from pipeline.collective import (
 from pipeline.collective.ranks import apply_rank_plan
 from pipeline.collective.straggler import slowest_waits
 from pipeline.config import Config
+from pipeline.messages import Diverged, EpochDone, LinkProbe, ProfileTail, Started, send
 from pipeline.procfs import process_start
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
@@ -213,8 +214,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     gauges = TrainMetrics(cfg.run.name, rank)
     stepper = _build(spec, device, world, prof)
     # the driver learns why before Ray Train reports a failed worker (pushed and waited for)
-    stepper.on_diverged = lambda message: ray.get(spec.reporter.push.remote(
-        {"type": "diverged", "rank": rank, "message": message}), timeout=30)
+    stepper.on_diverged = lambda message: ray.get(
+        send(spec.reporter, Diverged(rank=rank, message=message)), timeout=30)
     model, ddp, optimizer, scheduler = (stepper.model, stepper.ddp, stepper.optimizer,
                                         stepper.scheduler)
     train_shard = ray.train.get_dataset_shard("train")
@@ -227,11 +228,10 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     resume = checkpoint.load(model, optimizer, device, cfg.train.resume_from, scheduler)
     meta = {"task": task_name(stepper.task), "model": cfg.train.model,
             "input_shape": list(spec.sample_shape), "num_classes": spec.num_classes}
-    spec.reporter.push.remote({"type": "start", "rank": rank, "marks": marks,
-                               "nccl_plan": nccl_plan,
-                               "resumed": None if resume is None else
-                               {"epoch": resume.epoch, "step": resume.step,
-                                "consumed": len(resume.consumed)}})
+    send(spec.reporter, Started(rank=rank, marks=marks, nccl_plan=nccl_plan,
+                                resumed=None if resume is None else
+                                {"epoch": resume.epoch, "step": resume.step,
+                                 "consumed": len(resume.consumed)}))
     metrics: dict[str, Any] = {}
     transfer: TransferStats | None = None
     for epoch in range(resume.epoch if resume else 0, cfg.train.epochs):
@@ -296,17 +296,16 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             per_rank = gather_step_times(work, device=device) if world > 1 else {0: work}
             metrics["straggler"] = straggler_summary(per_rank,
                                                      straggler_ratio=cfg.profile.straggler_ratio)
-            spec.reporter.push.remote({
-                "type": "epoch", "rank": rank, **metrics, "rank_samples": samples,
-                "rank_seconds": wall, "transfer": transfer.as_dict(), "ids": seen,
+            send(spec.reporter, EpochDone(
+                rank=rank, epoch=epoch + 1, rank_samples=samples, rank_seconds=wall,
+                line=metrics | {"cache": train.status(), "started_at": started_at,
+                                "ended_at": time.time()},
+                transfer=transfer.as_dict(), ids=seen, profile=profile,
                 # committed this epoch before the restart (every rank's), sent once
-                "resumed_ids": resume.consumed if resumed and rank == 0 else None,
-                "profile": profile,
-                "cache": train.status(), "started_at": started_at,
-                "ended_at": time.time(),
+                resumed_ids=resume.consumed if resumed and rank == 0 else None,
                 # operator stats come from rank 0
-                "data_ops": (operator_stats(train_shard.stats()) if rank == 0 and streamed
-                             else None)})
+                data_ops=(operator_stats(train_shard.stats()) if rank == 0 and streamed
+                          else None)))
         # every epoch ends with a checkpoint: a restart resumes at the next epoch
         with prof.phase("checkpoint"):
             checkpoint.save(model, optimizer, epoch=epoch + 1, step=0,
@@ -315,9 +314,9 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     if prof.enabled:
         # The last epoch's report and checkpoint (after its summary was sent): the training
         # phase's tail; and the timeline (the last steps and the phases around them).
-        spec.reporter.push.remote({"type": "profile_tail", "rank": rank,
-                                   "profile": prof.epoch_summary(epoch=cfg.train.epochs),
-                                   "events": prof.trace_events()})
+        send(spec.reporter, ProfileTail(rank=rank,
+                                        profile=prof.epoch_summary(epoch=cfg.train.epochs),
+                                        events=prof.trace_events()))
     for cache in caches.values():
         cache.discard()
     if cfg.collective.probe and world > 1:
@@ -334,6 +333,5 @@ def _probe_link(spec: WorkerSpec, ctx, device: torch.device) -> None:
     multi_node = ctx.get_local_world_size() < ctx.get_world_size()
     flag = classify_link(best["busbw_GBps"], dist.get_backend(), detect_topology(),
                          multi_node=multi_node)
-    spec.reporter.push.remote({"type": "probe", "busbw_GBps": best["busbw_GBps"],
-                               "size_bytes": best["size_bytes"], "multi_node": multi_node,
-                               "warning": flag})
+    send(spec.reporter, LinkProbe(busbw_GBps=best["busbw_GBps"], size_bytes=best["size_bytes"],
+                                  multi_node=multi_node, warning=flag))

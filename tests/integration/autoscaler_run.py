@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from pipeline.config import load_config  # noqa: E402
 from pipeline.job.elastic import PoolController  # noqa: E402
 from pipeline.job.inbox import RunInbox  # noqa: E402
+from pipeline.messages import DecodeBusy, RankWait  # noqa: E402
 
 HEAD_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"  # what the provider expects
 STORE = 100 * 1024**2
@@ -154,10 +155,9 @@ def feed(pool: PoolController, *, wait: float, busy: float, seconds: float) -> N
     while time.time() < end:
         now = time.time()
         for rank in (0, 1):
-            pool.observe({"type": "wait", "rank": rank, "wait_s": wait * 1.0,
-                          "step_s": 1.0, "steps": 5, "t": now})
+            pool.observe(RankWait(rank=rank, wait_s=wait * 1.0, step_s=1.0, steps=5, t=now))
         for actor in range(pool.size):
-            pool.observe({"type": "decode", "actor": f"a{actor}", "busy_s": busy, "t": now})
+            pool.observe(DecodeBusy(actor=f"a{actor}", busy_s=busy, t=now))
         pool.tick(now)
         time.sleep(1.0)
 

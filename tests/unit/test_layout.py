@@ -8,7 +8,7 @@ PIPELINE = Path(__file__).resolve().parents[2] / "pipeline"
 
 #: lower levels first; a package imports only from lower levels (or the sibling pairs below)
 LEVELS = [
-    {"config", "procfs", "jsonio"},
+    {"config", "procfs", "jsonio", "messages"},
     {"transfer", "collective", "profile"},
     {"data", "train"},
     {"cluster"},

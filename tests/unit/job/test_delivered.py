@@ -5,17 +5,18 @@ from rich.console import Console
 
 from pipeline.job.delivered import merge_earlier, save_epoch, write_delivered
 from pipeline.job.progress import ProgressMonitor
+from pipeline.messages import EpochDone
 
 
 def ids(*values):
     return np.asarray(values, np.int64)
 
 
-def epoch_record(epoch: int, rank: int, seen) -> dict:
-    """The record a Train worker pushes at the end of an epoch (pipeline.train.loop)."""
-    return {"type": "epoch", "rank": rank, "epoch": epoch, "ids": seen, "resumed_ids": None,
-            "rank_samples": len(seen), "rank_seconds": 1.0, "transfer": {}, "profile": None,
-            "samples_per_second": 10.0, "train_loss": 0.5, "epoch_seconds": 1.0}
+def epoch_record(epoch: int, rank: int, seen) -> EpochDone:
+    """The message a Train worker sends at the end of an epoch (pipeline.train.loop)."""
+    return EpochDone(rank=rank, epoch=epoch, ids=seen, rank_samples=len(seen), rank_seconds=1.0,
+                     transfer={}, line={"epoch": epoch, "samples_per_second": 10.0,
+                                        "train_loss": 0.5, "epoch_seconds": 1.0})
 
 
 def test_an_epoch_is_kept_once_every_rank_finished_it(tmp_path):

@@ -5,14 +5,16 @@ data.autoscale off: it samples and never touches Ray."""
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from pipeline.config import load_config
 from pipeline.job.elastic import PoolController
+from pipeline.messages import RankWait, parse
 
-RECORDED = [json.loads(x) for x in (Path(__file__).parent / "elastic_pulses.jsonl")
+RECORDED = [parse(json.loads(x)) for x in (Path(__file__).parent / "elastic_pulses.jsonl")
             .read_text().splitlines()]
 
 
@@ -36,8 +38,8 @@ def T0():
 
 def feed(pool, t0, until_s):
     for p in RECORDED:
-        if p["t"] - RECORDED[0]["t"] <= until_s:
-            pool.observe(p | {"t": p["t"] - RECORDED[0]["t"] + t0})
+        if p.t - RECORDED[0].t <= until_s:
+            pool.observe(replace(p, t=p.t - RECORDED[0].t + t0))
 
 
 def test_a_starving_window_shows_the_slowest_rank_and_the_busy_actor(pool, T0):
@@ -62,9 +64,8 @@ def test_a_grown_pool_feeds_the_trainers(pool, T0):
 def test_epoch_totals_wait_for_every_rank(pool, T0, monkeypatch):
     judged = []
     monkeypatch.setattr(pool, "epoch_end", lambda: judged.append(True))
-    pool.observe({"type": "wait", "rank": 0, "wait_s": 0.0, "step_s": 0.5, "steps": 1,
-                  "t": T0 + 20, "epoch_done": 1})
+    pool.observe(RankWait(rank=0, wait_s=0.0, step_s=0.5, steps=1, t=T0 + 20, epoch_done=1))
     assert not judged  # rank 1 is still training
-    pool.observe({"type": "wait", "rank": 1, "wait_s": 0.0, "step_s": 0.5, "steps": 1,
-                  "t": T0 + 20.1, "epoch_done": 1})
+    pool.observe(RankWait(rank=1, wait_s=0.0, step_s=0.5, steps=1, t=T0 + 20.1,
+                          epoch_done=1))
     assert judged == [True]

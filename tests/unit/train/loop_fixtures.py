@@ -10,7 +10,8 @@ from pipeline.train.loop import WorkerSpec
 
 
 class Reporter:
-    """The shape of the run's reporter actor handle: ``reporter.push.remote(record)``."""
+    """The shape of the run's inbox actor handle: ``reporter.push.remote(message)``
+    (:func:`pipeline.messages.send`); keeps the messages."""
 
     def __init__(self):
         self.records = []
