@@ -25,12 +25,12 @@ class SmoothedClassification(pipeline.ClassificationTask):
     def __init__(self, smoothing: float = 0.1):
         self.smoothing = smoothing
 
-    def configure_optimizer(self, model, config):
-        # no weight decay on biases; the rest of the run's config still applies
+    def configure_optimizer(self, model, ctx):
+        # no weight decay on biases; ctx.train is the run's train section
         decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]
         other = [p for n, p in model.named_parameters() if n.endswith("bias")]
         return torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
-                                  {"params": other, "weight_decay": 0.0}], lr=config.train.lr)
+                                  {"params": other, "weight_decay": 0.0}], lr=ctx.train.lr)
 
     def loss(self, model, batch):
         return F.cross_entropy(model(inputs(batch)), batch["label"],

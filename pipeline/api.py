@@ -112,6 +112,11 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     console = console or Console(stderr=True, soft_wrap=True)
     source = check_source(cfg, console)  # before Ray: a bad data path fails in seconds
     given, task = task, check_task(cfg, task)  # and a task that cannot be imported
+    from pipeline.train.context import legacy_methods
+    from pipeline.train.task import task_name
+
+    for line in legacy_methods(task, task_name(task)):
+        console.print(f"[yellow]warning[/]: {escape(line)}", highlight=False)
     from pipeline.cluster.session import ray_driver_log, ray_session
     from pipeline.job.runner import run_job
     from pipeline.train.step import NonFiniteLossError

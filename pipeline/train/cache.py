@@ -43,6 +43,7 @@ import logging
 import os
 import shutil
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +123,8 @@ class SampleCache:
         self.complete = False
         self.recorded_s = 0.0
         self.replays = 0
+        if self._dir is not None:  # a loop that raised never discards: its files go anyway
+            weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
 
     @property
     def enabled(self) -> bool:

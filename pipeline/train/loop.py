@@ -42,6 +42,7 @@ from pipeline.procfs import process_start
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
 from pipeline.train import checkpoint
+from pipeline.train import context as task_calls
 from pipeline.train.cache import (
     CacheDecision,
     SampleCache,
@@ -51,6 +52,7 @@ from pipeline.train.cache import (
     rank_cache,
 )
 from pipeline.train.chain import FeedChain, FeedSpec
+from pipeline.train.context import TaskContext
 from pipeline.train.epoch import all_counts, evaluate, task_metrics, train_epoch
 from pipeline.train.reshuffle import global_needs_streaming, group_of
 from pipeline.train.step import Stepper, schedule_steps
@@ -62,7 +64,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """Everything a worker needs, decided on the driver; plain values so it pickles."""
+    """Everything a worker needs, decided on the driver; it pickles (plain values, the task,
+    and the run inbox's actor handle)."""
 
     config: Config
     field: str
@@ -115,7 +118,7 @@ def _caches(spec: WorkerSpec, ctx, device: torch.device) -> dict[str, SampleCach
     return caches
 
 
-def _share(chain: FeedChain, device: torch.device, world: int) -> None:
+def _share(chain: FeedChain, world: int) -> None:
     """Once every rank's training cache is complete: swap what each holds and deal the replayed
     epochs over the group ``data.reshuffle`` names (:mod:`pipeline.train.reshuffle`)."""
     shards = _all_gather(chain.shard_info(socket.gethostname()), world)
@@ -172,8 +175,13 @@ def _build(spec: WorkerSpec, device: torch.device, world: int, prof: StepProfile
     schedule, and how the loop steps them (``train.precision``, accumulation, clipping)."""
     cfg = spec.config
     task = spec.task if spec.task is not None else resolve_task(cfg.train.task)
-    model = task.build_model(input_shape=tuple(spec.sample_shape), num_classes=spec.num_classes,
-                             config=cfg)
+    ctx = TaskContext(input_shape=tuple(spec.sample_shape), num_classes=spec.num_classes,
+                      train=cfg.train,
+                      total_steps=schedule_steps(num_train=spec.num_train, world=world,
+                                                 batch_size=cfg.train.batch_size,
+                                                 accum=cfg.train.grad_accum_steps,
+                                                 epochs=cfg.train.epochs))
+    model = task_calls.build_model(task, ctx, cfg)
     if not isinstance(model, nn.Module):
         raise TypeError(f"{task_name(task)}.build_model returned {type(model).__name__}, not an "
                         f"nn.Module")
@@ -182,11 +190,10 @@ def _build(spec: WorkerSpec, device: torch.device, world: int, prof: StepProfile
               if prof.enabled else None)
     ddp = (wrap_ddp(model, cfg.collective, device=device, hook_wrapper=timing)
            if dist.is_initialized() and world > 1 else model)
-    optimizer = task.configure_optimizer(model, cfg)
-    total = schedule_steps(num_train=spec.num_train, world=world, batch_size=cfg.train.batch_size,
-                           accum=cfg.train.grad_accum_steps, epochs=cfg.train.epochs)
+    optimizer = task_calls.configure_optimizer(task, model, ctx, cfg)
     return Stepper(task=task, model=model, ddp=ddp, optimizer=optimizer,
-                   scheduler=task.configure_scheduler(optimizer, cfg, total), device=device,
+                   scheduler=task_calls.configure_scheduler(task, optimizer, ctx, cfg),
+                   device=device,
                    accum=cfg.train.grad_accum_steps, clip=cfg.train.grad_clip_norm,
                    precision=cfg.train.precision, max_nonfinite=cfg.train.max_nonfinite_steps)
 
@@ -274,7 +281,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         with prof.phase("report"):
             _agree(caches, device)
             if train.replays and train.group is None:
-                _share(train, device, world)
+                _share(train, world)
             g_samples, g_loss, g_steps = _all_sum([samples, loss_sum, steps], device)
             metrics = {
                 "epoch": epoch + 1,

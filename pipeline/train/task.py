@@ -5,9 +5,9 @@ wrapper, ``backward()``, gradient accumulation and clipping, the optimizer and s
 the profile's spans, the ids each rank trained (exactly-once), checkpoints and resume. A task
 owns the math, and the loop calls it like this::
 
-    model = task.build_model(input_shape=(1, 32, 32), num_classes=10, config=cfg)  # per worker
-    optimizer = task.configure_optimizer(model, cfg)
-    scheduler = task.configure_scheduler(optimizer, cfg, total_steps)         # None: constant
+    model = task.build_model(ctx)       # per worker; ctx: input_shape, num_classes, train section
+    optimizer = task.configure_optimizer(model, ctx)
+    scheduler = task.configure_scheduler(optimizer, ctx)   # None: constant; ctx.total_steps
     for batch in shard:     # device tensors: "image" (N,C,H,W) or "features" (N,F), "label", "id"
         loss = task.loss(ddp_model, batch)                # under autocast with train.precision
         loss.backward(); clip; optimizer.step(); scheduler.step()        # the loop, not the task
@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.config.callables import load_callable
+from pipeline.train.context import TaskContext
 from pipeline.train.models import build_model
 
 REQUIRED = ("build_model", "loss")
@@ -46,27 +47,27 @@ class Task:
     """The task protocol, with defaults for everything but the model and the loss.
 
     Runs in every Train worker (and is resolved once on the driver); must be picklable.
-    ``config`` is the run's whole :class:`~pipeline.config.Config`; ``batch`` is a dict of device
+    ``ctx`` is a :class:`~pipeline.train.context.TaskContext` (the input shape, the classes, the
+    run's ``train`` section, the estimated optimizer steps); ``batch`` is a dict of device
     tensors keyed as the data stage names them: ``"image"`` (N, C, H, W; channels-last and
     augmented when ``data.augment`` is on) or ``"features"`` (N, F), ``"label"`` (N,) and ``"id"``
     (N,), the samples' stable ids.
     """
 
-    def build_model(self, *, input_shape: tuple[int, ...], num_classes: int,
-                    config: Any) -> nn.Module:
+    def build_model(self, ctx: TaskContext) -> nn.Module:
         """The model, on the CPU; the loop moves it to the device and wraps it in DDP."""
         raise NotImplementedError(f"{type(self).__qualname__} must define build_model")
 
-    def configure_optimizer(self, model: nn.Module, config: Any) -> torch.optim.Optimizer:
+    def configure_optimizer(self, model: nn.Module, ctx: TaskContext) -> torch.optim.Optimizer:
         """The optimizer of ``model``'s parameters (the unwrapped model: names without
         ``module.``). Default: ``train.optimizer`` with ``train.lr`` and ``train.weight_decay``."""
-        return default_optimizer(model, config.train)
+        return default_optimizer(model, ctx.train)
 
-    def configure_scheduler(self, optimizer: torch.optim.Optimizer, config: Any,
-                            total_steps: int) -> Any:
-        """A learning-rate scheduler stepped after every optimizer step, or None. ``total_steps``
-        estimates the run's optimizer steps. Default: ``train.lr_schedule``."""
-        return default_scheduler(optimizer, config.train, total_steps)
+    def configure_scheduler(self, optimizer: torch.optim.Optimizer, ctx: TaskContext) -> Any:
+        """A learning-rate scheduler stepped after every optimizer step, or None
+        (``ctx.total_steps`` estimates the run's optimizer steps). Default:
+        ``train.lr_schedule``."""
+        return default_scheduler(optimizer, ctx.train, ctx.total_steps)
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The training loss of one batch, a scalar; ``model`` is the DDP-wrapped model, so call
@@ -98,10 +99,15 @@ class ClassificationTask(Task):
     """The built-in task: ``train.model`` (channels-last for images), cross-entropy on the
     labels, accuracy of the argmax."""
 
-    def build_model(self, *, input_shape: tuple[int, ...], num_classes: int,
-                    config: Any) -> nn.Module:
-        model = build_model(config.train.model, input_shape=input_shape, num_classes=num_classes)
-        if len(input_shape) == 3:  # images: convolutions run channels-last (loop._layout)
+    def build_model(self, ctx: TaskContext | None = None, **old: Any) -> nn.Module:
+        # ``old``: input_shape, num_classes, config, as a subclass written for the old
+        # signature calls super().build_model (this release only)
+        ctx = ctx or TaskContext(input_shape=old["input_shape"], num_classes=old["num_classes"],
+                                 train=old["config"].train)
+        input_shape = ctx.input_shape
+        model = build_model(ctx.train.model, input_shape=input_shape,
+                            num_classes=ctx.num_classes)
+        if len(input_shape) == 3:  # images: convolutions run channels-last (epoch.layout)
             model = model.to(memory_format=torch.channels_last)
         return model
 

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipeline.train.context import TaskContext
 from pipeline.train.task import Task
 from pipeline.workloads.corpus import DEFAULT_PATH, corpus_files, write_corpus
 from pipeline.workloads.decoder import Decoder
@@ -90,8 +91,8 @@ class CausalLM(Task):
         self.d_model, self.layers, self.heads, self.dropout = d_model, layers, heads, dropout
         self.column = column  # the packed ids: data.source.input
 
-    def build_model(self, *, input_shape: tuple[int, ...], num_classes: int,
-                    config: Any) -> nn.Module:
+    def build_model(self, ctx: TaskContext) -> nn.Module:
+        input_shape = ctx.input_shape
         if len(input_shape) != 1 or input_shape[0] < 2:
             raise ValueError(f"{type(self).__qualname__} reads rows of seq_len + 1 token ids; "
                              f"data.source.input has per-row shape {input_shape}: name the "

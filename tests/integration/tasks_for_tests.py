@@ -31,8 +31,8 @@ class PositionTask(Task):
     and ``label``: a linear classifier, and a loss that fails the run when a row's id is not its
     position (the ids Feedline assigned)."""
 
-    def build_model(self, *, input_shape, num_classes, config):
-        return torch.nn.Linear(input_shape[0] - 1, num_classes)  # the position is no feature
+    def build_model(self, ctx):
+        return torch.nn.Linear(ctx.input_shape[0] - 1, ctx.num_classes)  # the position: no feature
 
     def loss(self, model, batch):
         position = batch["x"][:, 0].long()

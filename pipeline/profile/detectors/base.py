@@ -71,27 +71,6 @@ def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def raise_int(facts: Facts, key: str, new: int | None, *, what: str = "") -> str:
-    """'`key` from 2 to 4' when the current value is known, else a relative suggestion."""
-    label = f"`{key}`{' ' + what if what else ''}"
-    if new is None:
-        return f"{label} (double it)"
-    now = current(facts, key)
-    if isinstance(now, (list, tuple)):
-        now = now[-1]
-    return f"{label} from {now} to {new}"
-
-
-def doubled(facts: Facts, key: str, *, index: int | None = None, at_least: int = 1) -> int | None:
-    """Twice the current integer value of ``key`` (an item of it for [min, max] keys)."""
-    now = current(facts, key)
-    if isinstance(now, (list, tuple)) and index is not None:
-        now = now[index]
-    if not isinstance(now, (int, float)) or isinstance(now, bool):
-        return None
-    return max(int(now) * 2, at_least)
-
-
 def step_share(facts: Facts) -> float:
     """Share of the training phase spent inside steps (mean over ranks)."""
     phases = facts.training.get("phases", {})

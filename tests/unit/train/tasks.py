@@ -27,12 +27,12 @@ class WeightedSumTask(Task):
     """``loss = Σ_i label_i · Σ_j (W x_i + b)_j``: its gradient does not depend on the weights
     (``dW[j] = Σ_i label_i x_i``, ``db[j] = Σ_i label_i``), so every update is known."""
 
-    def build_model(self, *, input_shape, num_classes, config):
+    def build_model(self, ctx):
         torch.manual_seed(0)
-        return nn.Linear(input_shape[0], num_classes)
+        return nn.Linear(ctx.input_shape[0], ctx.num_classes)
 
-    def configure_optimizer(self, model, config):
-        return CountingSGD(model.parameters(), lr=config.train.lr)
+    def configure_optimizer(self, model, ctx):
+        return CountingSGD(model.parameters(), lr=ctx.train.lr)
 
     def loss(self, model, batch):
         return (model(batch["features"]).sum(dim=1) * batch["label"].float()).sum()
@@ -55,8 +55,8 @@ class RecordingClassification(ClassificationTask):
 class DuckTask:
     """Subclasses nothing: a model and a loss; Task's defaults do the rest."""
 
-    def build_model(self, *, input_shape, num_classes, config):
-        return nn.Linear(input_shape[0], num_classes)
+    def build_model(self, ctx):
+        return nn.Linear(ctx.input_shape[0], ctx.num_classes)
 
     def loss(self, model, batch):
         return model(batch["features"]).square().mean()
@@ -65,9 +65,29 @@ class DuckTask:
 class NoLoss:
     """Not a task: it builds a model but has no loss."""
 
-    def build_model(self, *, input_shape, num_classes, config):
-        return nn.Linear(input_shape[0], num_classes)
+    def build_model(self, ctx):
+        return nn.Linear(ctx.input_shape[0], ctx.num_classes)
 
 
 def needs_arguments(size):
     return WeightedSumTask()
+
+
+class LegacyTask(ClassificationTask):
+    """Written for the old signatures (the whole config): still called so, this release."""
+
+    def __init__(self):
+        self.seen = {}
+
+    def build_model(self, *, input_shape, num_classes, config):
+        self.seen["build_model"] = config
+        return super().build_model(input_shape=input_shape, num_classes=num_classes,
+                                   config=config)
+
+    def configure_optimizer(self, model, config):
+        self.seen["configure_optimizer"] = config
+        return torch.optim.SGD(model.parameters(), lr=config.train.lr)
+
+    def configure_scheduler(self, optimizer, config, total_steps):
+        self.seen["configure_scheduler"] = (config, total_steps)
+        return None

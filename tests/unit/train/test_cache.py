@@ -74,3 +74,16 @@ def test_auto_drops_a_disk_cache_slower_than_the_stream(tmp_path, monkeypatch):
     list(cache.record(batches(50)))
     assert cache.decision.mode == "off" and "not faster" in cache.decision.reason
     assert not cache.complete and not (tmp_path / "c").exists()
+
+
+def test_a_cache_dropped_without_discard_removes_its_files(tmp_path):
+    """A loop that raised (a diverged run, a stall) never discards: a memory cache's files in
+    /dev/shm would hold RAM until reboot."""
+    import gc
+
+    cache = SampleCache(CacheDecision("memory", "test"), directory=tmp_path / "c")
+    list(cache.record(batches(50)))
+    assert (tmp_path / "c").is_dir()
+    del cache
+    gc.collect()
+    assert not (tmp_path / "c").exists()

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pipeline.profile import StepProfiler
+from pipeline.train.context import TaskContext
 from pipeline.train.epoch import all_counts, evaluate, task_metrics, train_epoch
 from pipeline.train.loop import _build
 from pipeline.train.task import ClassificationTask
@@ -36,7 +37,7 @@ def test_the_task_loss_drives_the_update_and_the_task_optimizer_steps():
     lr = 0.1
     stepper, _, (samples, steps, loss_sum, _, seen) = run_epoch(
         spec(WeightedSumTask(), lr=lr), host)
-    start = WeightedSumTask().build_model(input_shape=(4,), num_classes=3, config=None)
+    start = WeightedSumTask().build_model(TaskContext((4,), 3, train=None))
     # dL/dW[j] = Σ_i label_i x_i and dL/db[j] = Σ_i label_i, whatever the weights
     dw = sum(torch.from_numpy(b["features"].T @ b["label"].astype(np.float32)) for b in host)
     db = float(sum(b["label"].sum() for b in host))
@@ -142,7 +143,7 @@ def test_bf16_images_with_augmentation():
 def test_grad_clipping_caps_the_update():
     host = batches([16])
     lr, clip = 1.0, 0.5
-    start = WeightedSumTask().build_model(input_shape=(4,), num_classes=3, config=None)
+    start = WeightedSumTask().build_model(TaskContext((4,), 3, train=None))
     moved = []
     for norm in (clip, 0.0):
         stepper, _, _ = run_epoch(spec(WeightedSumTask(), lr=lr, grad_clip_norm=norm), host)

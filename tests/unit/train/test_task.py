@@ -13,6 +13,7 @@ import pipeline
 from pipeline.config import ConfigError, load_config
 from pipeline.train import checkpoint
 from pipeline.train.config import BUILTIN_TASKS
+from pipeline.train.context import TaskContext
 from pipeline.train.task import (
     TASKS,
     ClassificationTask,
@@ -95,8 +96,8 @@ def test_the_new_train_fields_are_checked():
 
 def test_a_task_subclass_must_define_the_model_and_the_loss():
     class ModelOnly(Task):
-        def build_model(self, *, input_shape, num_classes, config):
-            return torch.nn.Linear(input_shape[0], num_classes)
+        def build_model(self, ctx):
+            return torch.nn.Linear(ctx.input_shape[0], ctx.num_classes)
 
     with pytest.raises(TypeError, match=r"task \(.*ModelOnly\) has no loss; subclass"):
         resolve_task(ModelOnly())
@@ -115,8 +116,9 @@ def test_a_duck_typed_task_gets_the_defaults_and_pickles():
     assert isinstance(task, Task)
     assert task_name(task) == "tests.unit.train.tasks.DuckTask"
     cfg = config(optimizer="adamw", weight_decay=0.05)
-    model = task.build_model(input_shape=(4,), num_classes=2, config=cfg)
-    optimizer = task.configure_optimizer(model, cfg)
+    ctx = TaskContext(input_shape=(4,), num_classes=2, train=cfg.train)
+    model = task.build_model(ctx)
+    optimizer = task.configure_optimizer(model, ctx)
     assert isinstance(optimizer, torch.optim.AdamW)
     assert optimizer.param_groups[0]["weight_decay"] == 0.05
     batch = {"features": torch.ones(3, 4), "id": torch.arange(3)}
@@ -221,3 +223,26 @@ def test_a_checkpoint_from_before_schedules_still_loads(tmp_path, caplog):
     assert resume.epoch == 2 and torch.equal(fresh.weight, model.weight)
     assert "no learning-rate schedule" in caplog.text
     assert checkpoint.restore(old, fresh, fresh_opt).epoch == 2  # constant rate: no schedule
+
+
+def test_a_task_gets_a_small_context_and_the_old_signatures_still_work_this_release():
+    from pipeline.train import context as task_calls
+    from tests.unit.train.tasks import LegacyTask, WeightedSumTask
+
+    cfg = config(model="mlp", lr=0.25)
+    ctx = TaskContext(input_shape=(6,), num_classes=4, train=cfg.train, total_steps=40)
+    new = WeightedSumTask()
+    assert task_calls.legacy_methods(new, "WeightedSumTask") == []
+    model = task_calls.build_model(new, ctx, cfg)
+    assert task_calls.configure_optimizer(new, model, ctx, cfg).param_groups[0]["lr"] == 0.25
+    old = LegacyTask()
+    assert [line.split(" is ")[0] for line in task_calls.legacy_methods(old, "LegacyTask")] == [
+        "LegacyTask.build_model(self, *, input_shape, num_classes, config)",
+        "LegacyTask.configure_optimizer(self, model, config)",
+        "LegacyTask.configure_scheduler(self, optimizer, config, total_steps)"]
+    model = task_calls.build_model(old, ctx, cfg)
+    assert model(torch.randn(2, 6)).shape == (2, 4)
+    task_calls.configure_optimizer(old, model, ctx, cfg)
+    task_calls.configure_scheduler(old, None, ctx, cfg)
+    assert old.seen == {"build_model": cfg, "configure_optimizer": cfg,
+                        "configure_scheduler": (cfg, 40)}  # the whole config, as before

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from pipeline.config import load_config
+from pipeline.train.context import TaskContext
 from pipeline.train.task import resolve_task
 from pipeline.workloads.corpus import docstrings, stdlib_root
 from pipeline.workloads.decoder import Decoder, document_mask
@@ -88,10 +89,10 @@ def test_attention_stays_inside_each_document():
 
 def test_build_model_reads_the_token_rows_shape():
     task = CausalLM(d_model=32, layers=1, heads=2)
-    model = task.build_model(input_shape=(129,), num_classes=0, config=None)
+    model = task.build_model(TaskContext(input_shape=(129,), num_classes=0, train=None))
     assert model.max_len == 128 and model.head.weight is model.embed.weight
     with pytest.raises(ValueError, match="data.source.input"):
-        task.build_model(input_shape=(3, 32, 32), num_classes=0, config=None)
+        task.build_model(TaskContext(input_shape=(3, 32, 32), num_classes=0, train=None))
 
 
 def test_the_example_names_this_task_and_it_resolves_and_pickles():
@@ -126,9 +127,9 @@ def test_the_model_trains_on_the_cpu(precision):
     cfg = load_config(EXAMPLE)  # AdamW, lr 3e-3, as examples/lm.yaml trains
     task = CausalLM()
     batch = as_batch(stdlib_rows(8))
-    model = task.build_model(input_shape=tuple(batch["tokens"].shape[1:]), num_classes=0,
-                             config=cfg)
-    optimizer = task.configure_optimizer(model, cfg)
+    ctx = TaskContext(input_shape=tuple(batch["tokens"].shape[1:]), num_classes=0,
+                      train=cfg.train)
+    optimizer = task.configure_optimizer(model := task.build_model(ctx), ctx)
     assert isinstance(optimizer, torch.optim.AdamW)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
     losses = []
