@@ -104,6 +104,12 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     :class:`~pipeline.cluster.stop.RunStopped` when stopped (Ctrl-C, SIGTERM), and Ray Train's
     errors otherwise.
     """
+    from pipeline.cluster.session import ray_driver_log, ray_session
+    from pipeline.job.runner import run_job
+    from pipeline.train.context import legacy_methods
+    from pipeline.train.step import NonFiniteLossError
+    from pipeline.train.task import task_name
+
     clock = clock or JobClock(time.time())
     sets = [*sets, *(f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in overrides.items())]
     cfg = load_config(config, sets)
@@ -112,15 +118,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     console = console or Console(stderr=True, soft_wrap=True)
     source = check_source(cfg, console)  # before Ray: a bad data path fails in seconds
     given, task = task, check_task(cfg, task)  # and a task that cannot be imported
-    from pipeline.train.context import legacy_methods
-    from pipeline.train.task import task_name
-
     for line in legacy_methods(task, task_name(task)):
         console.print(f"[yellow]warning[/]: {escape(line)}", highlight=False)
-    from pipeline.cluster.session import ray_driver_log, ray_session
-    from pipeline.job.runner import run_job
-    from pipeline.train.step import NonFiniteLossError
-
     rundir = RunDir(output_dir(cfg))
     out = rundir.path
     with rundir.claim() as found:  # held until the run ends: no second run in the folder

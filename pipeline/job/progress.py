@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
 
+
 class ProgressMonitor:
     """Runs on the driver; ``with ProgressMonitor(...) as mon: trainer.fit()``."""
 

@@ -18,8 +18,9 @@ read-only, so every epoch can deal all cached rows afresh to all ranks.
 
 What stays true with the cache on:
 
-- exactly once per epoch: a rank replays exactly the rows streaming_split gave it in the
-  recorded epoch (``equal=True`` gives every rank the same count, so DDP steps stay equal);
+- exactly once per epoch: the ranks together replay every row they recorded, each once
+  (``equal=True`` gave every rank the same count, so every rank gets the same share of the
+  deal and DDP steps stay equal);
 - bad samples: they were dropped and quarantined by the readers while recording and are never
   replayed;
 - augmentation: random flips and crops run on the device after the cache, seeded by
