@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -36,6 +37,10 @@ def parse(cls: type, data: Any, path: str = "") -> Any:
     if errors:
         raise ConfigError(errors)
     return value
+
+
+# a number in exponent notation without the dot YAML 1.1 needs to make it a float
+_EXPONENT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -153,6 +158,8 @@ def _convert(hint: Any, value: Any, path: str, errors: list[str]) -> Any:
         return value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
+        return float(value)  # YAML 1.1 reads 3e-4 and 1e6 (no dot) as strings
     if hint in (int, float, str, bool):
         if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
             return value

@@ -145,3 +145,13 @@ def test_renamed_keys_still_work_with_a_warning(caplog):
         assert f"{old_key} is now {new_key}" in said
     assert old["data"] == {"batch_size": 16, "prefetch_batches": 5, "stall_timeout_s": 7.0}
     assert "batch_size" not in to_dict(config)["data"]  # a saved config uses the new names
+
+
+def test_learning_rates_in_exponent_notation_are_floats(tmp_path):
+    """Issue 30 item 8: YAML 1.1 reads 3e-4 (no dot) as a string; every lr is written so."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text("train:\n  lr: 3e-4\n  weight_decay: 1e-2\n")
+    cfg = load_config(path, ["train.grad_clip_norm=1E0"])
+    assert (cfg.train.lr, cfg.train.weight_decay, cfg.train.grad_clip_norm) == (3e-4, 1e-2, 1.0)
+    with pytest.raises(ConfigError, match=r"train.lr: expected float, got 'fast' \(str\)"):
+        load_config(path, ["train.lr=fast"])
