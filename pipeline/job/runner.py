@@ -186,6 +186,12 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
             else f"input {data.field!r} {list(data.sample_shape)}")
     console.print(f"[bold]data[/]: {data.num_train:,} train / {data.num_val:,} validation samples, "
                   f"{what} from {data.origin}")
+    share = data.num_train // config.train.num_workers
+    if config.train.batch_size > share:
+        console.print(f"[yellow]warning[/]: train.batch_size ({config.train.batch_size}) is more "
+                      f"than each of the {config.train.num_workers} ranks' share of the training "
+                      f"split ({share} samples): every epoch is one short step per rank; lower "
+                      f"train.batch_size")
     spec = WorkerSpec(config=config, field=data.field, sample_shape=data.sample_shape,
                       num_classes=len(data.classes), use_gpu=plan.use_gpu,
                       has_val=data.val is not None, reporter=reporter,
