@@ -53,6 +53,15 @@ def small_cnn(*, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     )
 
 
+def build(name: str, *, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The job's model: the cnn copy, or torchvision's ResNet-18 as ``train.model: resnet18``."""
+    if name == "resnet18":
+        from torchvision.models import resnet18
+
+        return resnet18(num_classes=num_classes)
+    return small_cnn(input_shape=input_shape, num_classes=num_classes)
+
+
 class JpegFolder(Dataset):
     """ROOT/<class>/<file>: decoded with PIL to uint8 C×H×W; picklable to loader workers."""
 
@@ -81,41 +90,56 @@ class JpegFolder(Dataset):
 
 def worker(rank: int, args: argparse.Namespace, port: int, marks: dict) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=args.workers)
+    cuda = args.device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=args.workers)
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
     torch.set_num_threads(1)  # ranks share the cores with the loader workers
     torch.manual_seed(args.seed)
     data = JpegFolder(args.data, tuple(args.image_size))
     sampler = DistributedSampler(data, shuffle=True, seed=args.seed)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler,
-                        num_workers=args.loader_workers,
+                        num_workers=args.loader_workers, pin_memory=cuda,
                         persistent_workers=args.loader_workers > 0,
                         prefetch_factor=2 if args.loader_workers > 0 else None)
-    model = small_cnn(input_shape=(3, *args.image_size), num_classes=len(data.classes))
-    ddp = nn.parallel.DistributedDataParallel(model)
+    model = build(args.model, input_shape=(3, *args.image_size), num_classes=len(data.classes))
+    # on a GPU, what an expert adds in a line: channels-last convolutions
+    model = model.to(device, memory_format=torch.channels_last) if cuda else model
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    mean = torch.tensor(args.mean).view(1, -1, 1, 1)
-    std = torch.tensor(args.std).view(1, -1, 1, 1)
+    mean = torch.tensor(args.mean, device=device).view(1, -1, 1, 1)
+    std = torch.tensor(args.std, device=device).view(1, -1, 1, 1)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16,
+                              enabled=args.precision == "bf16")
     out = Path(args.output)
     marks["setup_done"] = _since_spawn()
     totals = torch.zeros(3, dtype=torch.float64)  # samples, loss sum, steps (last epoch)
     samples_all = 0
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
-        loss_sum, steps, samples = torch.zeros(()), 0, 0
+        loss_sum, steps, samples = torch.zeros((), device=device), 0, 0
         for images, labels in loader:
             if "first_step" not in marks:
                 marks["first_step"] = _since_spawn()
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
             x = (images.float().div_(255) - mean) / std
-            loss = loss_fn(ddp(x), labels)
+            if cuda:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with autocast:
+                loss = loss_fn(ddp(x), labels)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
             steps += 1
             samples += len(labels)
-        totals = torch.tensor([samples, float(loss_sum), steps], dtype=torch.float64)
+        totals = torch.tensor([samples, float(loss_sum), steps], dtype=torch.float64,
+                              device=device)
         dist.all_reduce(totals)
+        totals = totals.cpu()
         samples_all += int(totals[0])
         if rank == 0:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -147,6 +171,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loader-workers", type=int, default=1,
                         help="DataLoader decode processes per rank")
     parser.add_argument("--output", default="runs/train-ddp", help="checkpoint folder")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: NCCL, one GPU per rank, pinned loader memory, channels-last")
+    parser.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     return parser.parse_args(argv)
 
 

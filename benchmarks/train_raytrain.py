@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import ray
 import ray.train
+import ray.train.torch
 import torch
 import torch.distributed as dist
 from ray.data.datasource.partitioning import Partitioning
@@ -54,44 +55,66 @@ def small_cnn(*, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     )
 
 
+def build(name: str, *, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The job's model: the cnn copy, or torchvision's ResNet-18 as ``train.model: resnet18``."""
+    if name == "resnet18":
+        from torchvision.models import resnet18
+
+        return resnet18(num_classes=num_classes)
+    return small_cnn(input_shape=input_shape, num_classes=num_classes)
+
+
 def train_func(config: dict) -> None:
     """Runs in every Ray Train worker."""
     torch.set_num_threads(1)  # Feedline sets int(cpus_per_worker) threads, at least 1
     torch.manual_seed(config["seed"])
     height, width = config["image_size"]
-    model = prepare_model(small_cnn(input_shape=(3, height, width),
-                                    num_classes=config["num_classes"]))
+    device = ray.train.torch.get_device()
+    cuda = device.type == "cuda"
+    model = build(config["model"], input_shape=(3, height, width),
+                  num_classes=config["num_classes"])
+    if cuda:  # what an expert adds in a line on a GPU: channels-last convolutions
+        model = model.to(memory_format=torch.channels_last)
+    model = prepare_model(model)  # to the worker's device, DDP-wrapped
     optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    mean = torch.tensor(config["mean"]).view(1, -1, 1, 1)
-    std = torch.tensor(config["std"]).view(1, -1, 1, 1)
+    mean = torch.tensor(config["mean"], device=device).view(1, -1, 1, 1)
+    std = torch.tensor(config["std"], device=device).view(1, -1, 1, 1)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16,
+                              enabled=config["precision"] == "bf16")
     rank = ray.train.get_context().get_world_rank()
     shard = ray.train.get_dataset_shard("train")
     first_step, samples_all = None, 0
     for epoch in range(config["epochs"]):
-        loss_sum, steps, samples = torch.zeros(()), 0, 0
+        loss_sum, steps, samples = torch.zeros((), device=device), 0, 0
         for batch in shard.iter_torch_batches(batch_size=config["batch_size"],
-                                              prefetch_batches=2):
+                                              prefetch_batches=2, pin_memory=cuda):
             if first_step is None:
                 first_step = _since_spawn()
             # N×H×W×C uint8 → N×C×H×W float, normalised here (as Feedline does on the device)
             x = (batch["image"].permute(0, 3, 1, 2).float().div_(255) - mean) / std
-            loss = loss_fn(model(x), batch["label"])
+            if cuda:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with autocast:
+                loss = loss_fn(model(x), batch["label"])
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
             steps += 1
             samples += len(x)
-        totals = torch.tensor([samples, float(loss_sum), steps], dtype=torch.float64)
+        totals = torch.tensor([samples, float(loss_sum), steps], dtype=torch.float64,
+                              device=device)
         dist.all_reduce(totals)
+        totals = totals.cpu()
         samples_all += int(totals[0])
         metrics = {"epoch": epoch + 1, "samples": samples_all,
                    "train_loss": float(totals[1] / max(totals[2], 1)), "first_step": first_step}
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = None
             if rank == 0:
-                torch.save({"model": model.module.state_dict(),
+                # prepare_model wraps in DDP only with several workers
+                torch.save({"model": getattr(model, "module", model).state_dict(),
                             "optimizer": optimizer.state_dict(), "epoch": epoch + 1},
                            os.path.join(tmp, "checkpoint.pt"))
                 checkpoint = Checkpoint.from_directory(tmp)
@@ -120,6 +143,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-cpus", type=int, default=0,
                         help="logical CPUs of the local Ray (0: this machine's core count)")
     parser.add_argument("--output", default="runs/train-raytrain", help="Ray Train storage")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: one GPU per Ray Train worker (use_gpu)")
+    parser.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     return parser.parse_args(argv)
 
 
@@ -138,8 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         train_func,
         train_loop_config={"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
                            "seed": args.seed, "image_size": args.image_size,
-                           "num_classes": len(classes), "mean": args.mean, "std": args.std},
-        scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=False,
+                           "num_classes": len(classes), "mean": args.mean, "std": args.std,
+                           "model": args.model, "precision": args.precision},
+        scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=args.device == "cuda",
                                      resources_per_worker={"CPU": args.cpus_per_worker}),
         run_config=RunConfig(name="train", storage_path=str(Path(args.output).resolve())),
         datasets={"train": ds},

@@ -63,6 +63,7 @@ class TrainBenchConfig:
     work_dir: str = ""  # run folders and logs; empty: a new temporary folder
     timeout_s: float = 1800.0
     contenders: tuple[str, ...] = CONTENDERS
+    device: str = "cpu"  # cuda: Feedline's train.use_gpu, the baselines' --device cuda
 
     def resolved_cpus(self) -> int:
         return self.cpus or os.cpu_count() or 1
@@ -74,6 +75,8 @@ class TrainBenchConfig:
                 errors.append(f"{name} ({getattr(self, name)}) must be >= 1")
         if self.cpus < 0:
             errors.append(f"cpus ({self.cpus}) must be >= 0; 0 uses every core")
+        if self.device not in ("cpu", "cuda"):
+            errors.append(f"device ({self.device!r}) must be cpu or cuda")
         unknown = set(self.contenders) - set(CONTENDERS)
         if unknown or not self.contenders:
             errors.append(f"contenders ({list(self.contenders)}) must be some of {CONTENDERS}")
@@ -99,13 +102,17 @@ class Job:
     std: tuple[float, ...]
     cpus: int
     loader_workers: int  # DataLoader processes per DDP rank
+    model: str = "cnn"
+    precision: str = "fp32"
+    device: str = "cpu"
 
     def baseline_flags(self) -> list[str]:
         return ["--data", self.data, "--epochs", str(self.epochs),
                 "--batch-size", str(self.batch_size), "--lr", str(self.lr),
                 "--seed", str(self.seed), "--workers", str(self.workers),
                 "--image-size", *map(str, self.image_size),
-                "--mean", *map(str, self.mean), "--std", *map(str, self.std)]
+                "--mean", *map(str, self.mean), "--std", *map(str, self.std),
+                "--model", self.model, "--precision", self.precision, "--device", self.device]
 
 
 def feedline_overrides(bench: TrainBenchConfig, data: Path) -> list[str]:
@@ -114,6 +121,8 @@ def feedline_overrides(bench: TrainBenchConfig, data: Path) -> list[str]:
             f"run.num_cpus={bench.resolved_cpus()}"]
     if bench.image_size is not None:
         sets.append(f"data.image_size=[{bench.image_size[0]}, {bench.image_size[1]}]")
+    if bench.device == "cuda":
+        sets.append("train.use_gpu=true")
     return sets
 
 
@@ -121,10 +130,11 @@ def load_job(bench: TrainBenchConfig, data: Path) -> Job:
     from pipeline.config import load_config
 
     cfg = load_config(bench.config, feedline_overrides(bench, data))
-    if cfg.data.channels != 3 or cfg.train.model != "cnn" or cfg.data.val_fraction:
-        raise ValueError(f"{bench.config}: the baselines train the built-in cnn on RGB images "
-                         f"without validation; keep data.channels 3, train.model cnn and "
-                         f"data.val_fraction 0")
+    if (cfg.data.channels != 3 or cfg.train.model not in ("cnn", "resnet18")
+            or cfg.data.val_fraction):
+        raise ValueError(f"{bench.config}: the baselines train the built-in cnn or resnet18 on "
+                         f"RGB images without validation; keep data.channels 3, train.model "
+                         f"cnn or resnet18 and data.val_fraction 0")
     mean, std = cfg.data.channel_stats()
     cpus, workers = bench.resolved_cpus(), cfg.train.num_workers
     return Job(data=str(data), epochs=cfg.train.epochs, batch_size=cfg.train.batch_size,
@@ -132,7 +142,8 @@ def load_job(bench: TrainBenchConfig, data: Path) -> Job:
                cpus_per_worker=cfg.train.cpus_per_worker, image_size=cfg.data.image_size,
                mean=mean, std=std, cpus=cpus,
                # an expert leaves each rank a core for its own step: 1 per rank on 2 cores
-               loader_workers=max(1, cpus // workers - 1))
+               loader_workers=max(1, cpus // workers - 1), model=cfg.train.model,
+               precision=cfg.train.precision, device=bench.device)
 
 
 def command(name: str, bench: TrainBenchConfig, job: Job, out: Path) -> list[str]:

@@ -28,8 +28,9 @@ class TrainConfig:
                                          "cross-entropy, accuracy) or 'package.module:ClassName' "
                                          "of a pipeline.Task (see docs/guide.md); a task given "
                                          "to pipeline.run(task=...) replaces it")
-    model: str = option("cnn", "built-in model (cnn, mlp) or 'module:factory' returning an "
-                               "nn.Module; called with input_shape=..., num_classes=...")
+    model: str = option("cnn", "built-in model (cnn, mlp, resnet18: torchvision's) or "
+                               "'module:factory' returning an nn.Module; called with "
+                               "input_shape=..., num_classes=...")
     epochs: int = option(5, "passes over the training split", ge=1)
     batch_size: int = option(64, "samples per step on each worker", ge=1)
     optimizer: Literal["sgd", "adamw"] = option("sgd", "sgd (momentum 0.9) or adamw; a task's "

@@ -36,7 +36,20 @@ def mlp(*, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
                          nn.Linear(128, num_classes))
 
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"cnn": small_cnn, "mlp": mlp}
+def resnet18(*, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """torchvision's ResNet-18 (random weights) for RGB images: a step sized for a GPU."""
+    if len(input_shape) != 3 or input_shape[0] != 3:
+        raise ValueError(f"train.model (resnet18) needs RGB images (3, H, W), got shape "
+                         f"{input_shape}; set data.channels: 3")
+    try:
+        from torchvision.models import resnet18 as torchvision_resnet18
+    except ImportError as exc:
+        raise ValueError("train.model (resnet18) needs torchvision: pip install torchvision, "
+                         "or use train.model: cnn") from exc
+    return torchvision_resnet18(num_classes=num_classes)
+
+
+MODELS: dict[str, Callable[..., nn.Module]] = {"cnn": small_cnn, "mlp": mlp, "resnet18": resnet18}
 
 
 def build_model(spec: str, *, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
