@@ -266,11 +266,16 @@ def cache_dir(base: str, run_name: str, dataset: str, rank: int, *,
     return root / f"{run_name}-{os.getpid()}" / f"{dataset}-rank{rank}"
 
 
+_SWEPT: set[Path] = set()  # roots this process already cleaned
+
+
 def _remove_orphans(root: Path) -> None:
     """Delete the cache folders of processes that no longer run on this machine: files in
-    shared memory outlive a SIGKILLed worker and would hold its RAM until reboot."""
-    if not root.is_dir():
+    shared memory outlive a SIGKILLed worker and would hold its RAM until reboot. Once per
+    root and process."""
+    if root in _SWEPT or not root.is_dir():
         return
+    _SWEPT.add(root)
     for folder in root.iterdir():
         pid = folder.name.rpartition("-")[2]
         if pid.isdigit() and not _alive(int(pid)):

@@ -65,14 +65,11 @@ def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gaug
     ids = []  # device tensors; one copy to the host at the end of the epoch, not one per step
     batches = iter(feeder)
 
-    def fetch() -> dict | None:
-        return next(batches, None)
-
     # The first batch of an epoch waits for Ray Data to start (actors, first blocks): the
     # profile's `startup` phase, also reported as first_batch_s.
     step_start = time.perf_counter()
     with prof.phase("startup"):
-        batch = fetch()
+        batch = next(batches, None)
     first_batch_s = waited = time.perf_counter() - step_start
     while batch is not None:
         stats = feeder.stats
@@ -122,7 +119,7 @@ def train_epoch(feeder: DeviceFeeder, stepper: Stepper, prof: StepProfiler, gaug
             last_push = now
         waited = time.perf_counter()
         with prof.span("data_wait"):
-            batch = fetch()
+            batch = next(batches, None)
         waited = time.perf_counter() - waited
     if pulse:  # the pass is over: the controller judges the epoch while validation runs
         send(spec.reporter, RankWait(rank=rank, wait_s=pulse_wait, step_s=pulse_step,
