@@ -80,15 +80,6 @@ def restore(saved: dict[str, Any], model: torch.nn.Module, optimizer: torch.opti
                   step=int(saved.get("step", 0)))
 
 
-def all_consumed(ids: np.ndarray) -> np.ndarray:
-    """Every rank's consumed ids, on every rank (a collective: all ranks call it together)."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return ids
-    parts: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, ids)
-    return np.concatenate(parts)
-
-
 def save(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, epoch: int, step: int,
          consumed: np.ndarray, metrics: dict[str, Any], meta: dict[str, Any],
          scheduler: Any = None) -> None:

@@ -1,23 +1,34 @@
 """The per-worker training loop: runs inside each Ray Train worker.
 
-Each epoch the worker iterates its shard of the training set (Ray Data already decoded it on
-CPU workers) through the transfer stage, trains the DDP-wrapped model with every step split into
-profiled phases, evaluates on its shard of the validation set, and all-reduces the counts so
-every rank reports the same metrics (the passes: :mod:`pipeline.train.epoch`). The run's
-:class:`~pipeline.train.task.Task` supplies the model, the optimizer, the loss and the
-validation counts; the rest is the loop's (:mod:`pipeline.train.step`: precision, accumulation,
-clipping, the schedule). Progress, spans and the ids it trained on go to the driver through the
-:class:`~pipeline.job.inbox.RunInbox`. Every epoch ends with a checkpoint;
-``train.checkpoint_every`` adds mid-epoch ones that hold the ids consumed so far, so a restarted
-worker group resumes where it stopped (:mod:`pipeline.train.checkpoint`).
+One epoch on one rank reads, top to bottom, as :meth:`Worker.epoch`::
+
+    with train.epoch(e) as feeder:                 # shard → cache → skip → shuffle → device
+        for batch in feeder:                       #   (pipeline.train.chain)
+            observers.on_batch(batch, fetch)
+            loss, stepped = stepper.train_step(batch, i)   # task.loss, backward, optimizer
+            observers.on_step(step)                # spans, gauges, progress, pool pulse,
+        observers.on_epoch_end(e)                  #   divergence checks, mid-epoch checkpoints
+    validation → report (collectives, EpochDone to the driver) → checkpoint
+
+The run's :class:`~pipeline.train.task.Task` supplies the model, the optimizer, the loss and
+the validation counts; the rest is the loop's (:mod:`pipeline.train.step`: precision,
+accumulation, clipping, the schedule). What watches the steps is in
+:mod:`pipeline.train.observers`; what the ranks agree on, in :mod:`pipeline.train.ranks`.
+Progress, spans and the ids trained go to the driver through the run inbox
+(:mod:`pipeline.messages`). Every epoch ends with a checkpoint, so a restarted worker group
+resumes at the next epoch; ``train.checkpoint_every`` adds mid-epoch ones.
+
+:class:`Worker` takes every Ray-specific part from :func:`train_loop`, which builds them from
+Ray Train's context: unit tests drive the same loop with fakes.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,15 +40,22 @@ from torch import nn
 from pipeline.collective import (
     classify_link,
     detect_topology,
-    gather_step_times,
     measure_collectives,
     straggler_summary,
     wrap_ddp,
 )
 from pipeline.collective.ranks import apply_rank_plan
-from pipeline.collective.straggler import slowest_waits
 from pipeline.config import Config
-from pipeline.messages import Diverged, EpochDone, LinkProbe, ProfileTail, Started, send
+from pipeline.data.augment import augment
+from pipeline.messages import (
+    Diverged,
+    EpochDone,
+    LinkProbe,
+    Message,
+    ProfileTail,
+    Started,
+    send,
+)
 from pipeline.procfs import process_start
 from pipeline.profile import StepProfiler, operator_stats, timed_hook
 from pipeline.profile.metrics import TrainMetrics
@@ -53,7 +71,20 @@ from pipeline.train.cache import (
 )
 from pipeline.train.chain import FeedChain, FeedSpec
 from pipeline.train.context import TaskContext
-from pipeline.train.epoch import all_counts, evaluate, task_metrics, train_epoch
+from pipeline.train.evaluate import all_counts, evaluate, layout, task_metrics
+from pipeline.train.observers import (
+    DivergenceCheck,
+    Fetch,
+    Gauges,
+    MidEpochCheckpoints,
+    Observer,
+    Observers,
+    PoolPulse,
+    Progress,
+    Spans,
+    Step,
+)
+from pipeline.train.ranks import Ranks
 from pipeline.train.reshuffle import global_needs_streaming, group_of
 from pipeline.train.step import Stepper, schedule_steps
 from pipeline.train.task import resolve_task, task_name
@@ -89,7 +120,7 @@ def _device(use_gpu: bool) -> torch.device:
     return torch.device("cpu")
 
 
-def _caches(spec: WorkerSpec, ctx, device: torch.device) -> dict[str, SampleCache]:
+def _caches(spec: WorkerSpec, ctx: Any, ranks: Ranks) -> dict[str, SampleCache]:
     """This rank's decoded-sample caches (train, val), sized as ``data.cache`` asks. Every rank
     decides from the same numbers (the smallest budget of any), so all replay or none. A
     memory cache lives in shared memory, which the node's trainers share: its budget is also
@@ -106,68 +137,35 @@ def _caches(spec: WorkerSpec, ctx, device: torch.device) -> dict[str, SampleCach
     shm = dirs["train"][0]
     if shm is not None:
         memory = min(memory, disk_free(shm) / (2 * local))
-    budget, free = _all_min([memory, disk_free(dirs["train"][1])], device)
+    budget, free = ranks.min([memory, disk_free(dirs["train"][1])])
     caches = {name: rank_cache(cfg.cache_mode, rows=rows, per_sample=per_sample, world=world,
                                budget=budget, free=int(free), memory_dir=dirs[name][0],
                                disk_dir=dirs[name][1],
                                deterministic=spec.config.train.deterministic)
               for name, rows in (("train", spec.num_train), ("val", spec.num_val))}
-    streaming = global_needs_streaming(cfg.reshuffle, _all_gather(socket.gethostname(), world))
+    streaming = global_needs_streaming(cfg.reshuffle, ranks.gather(socket.gethostname()))
     if streaming and caches["train"].enabled:
         caches["train"] = SampleCache(CacheDecision("off", streaming))
     return caches
 
 
-def _share(chain: FeedChain, world: int) -> None:
+def _share(chain: FeedChain, ranks: Ranks) -> None:
     """Once every rank's training cache is complete: swap what each holds and deal the replayed
     epochs over the group ``data.reshuffle`` names (:mod:`pipeline.train.reshuffle`)."""
-    shards = _all_gather(chain.shard_info(socket.gethostname()), world)
+    shards = ranks.gather(chain.shard_info(socket.gethostname()))
     group = group_of(chain.spec.reshuffle, shards, chain.rank)
     chain.share(group, shards)
     logger.info("cache: %s", group.reason)
 
 
-def _all_gather(value: Any, world: int) -> list[Any]:
-    if world == 1 or not dist.is_initialized():
-        return [value]
-    out: list[Any] = [None] * world
-    dist.all_gather_object(out, value)
-    return out
-
-
-def _agree(caches: dict[str, SampleCache], device: torch.device) -> None:
+def _agree(caches: dict[str, SampleCache], ranks: Ranks) -> None:
     """After a pass: a cache replays only if every rank's is complete (else ranks would mix
     replayed and streamed epochs, and streaming_split waits for every rank)."""
     names = sorted(caches)
-    flags = _all_min([float(caches[n].complete) for n in names], device)
+    flags = ranks.min([float(caches[n].complete) for n in names])
     for name, flag in zip(names, flags, strict=True):
         if caches[name].complete and not flag:
             caches[name].discard()
-
-
-def _all_sum(values: list[float], device: torch.device) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    if dist.is_initialized():
-        dist.all_reduce(t)
-    return t.tolist()
-
-
-def _all_min(values: list[float], device: torch.device) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    if dist.is_initialized():
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    return t.tolist()
-
-
-def _epoch_profile(prof: StepProfiler, epoch: int, device: torch.device,
-                   world: int) -> dict[str, Any] | None:
-    """Close the profile's window of this epoch. With several ranks, every rank first learns,
-    step by step, the longest wait of any rank for its batch (a collective), so the all-reduce
-    time it spent waiting for a peer's input is charged to input, not communication."""
-    if not prof.enabled:
-        return None
-    peer = slowest_waits(prof.step_waits(), device=device) if world > 1 else None
-    return prof.epoch_summary(epoch=epoch + 1, peer_waits=peer)
 
 
 def _build(spec: WorkerSpec, device: torch.device, world: int, prof: StepProfiler) -> Stepper:
@@ -193,17 +191,189 @@ def _build(spec: WorkerSpec, device: torch.device, world: int, prof: StepProfile
     optimizer = task_calls.configure_optimizer(task, model, ctx, cfg)
     return Stepper(task=task, model=model, ddp=ddp, optimizer=optimizer,
                    scheduler=task_calls.configure_scheduler(task, optimizer, ctx, cfg),
-                   device=device,
+                   device=device, span=prof.span if prof.enabled else None,
                    accum=cfg.train.grad_accum_steps, clip=cfg.train.grad_clip_norm,
                    precision=cfg.train.precision, max_nonfinite=cfg.train.max_nonfinite_steps)
 
 
+@dataclass(frozen=True)
+class Pass:
+    """What one rank's training pass over its shard did."""
+
+    samples: int
+    steps: int
+    loss_sum: float
+    first_batch_s: float  # the wait for its first batch (Ray Data's start)
+    ids: np.ndarray       # the ids it trained, in order
+
+
+def train_pass(feeder: Any, stepper: Stepper, spans: Spans, observers: Observer, *,
+               epoch: int, field: str, transform: Any = None,
+               clock: Callable[[], float] = time.perf_counter) -> Pass:
+    """One pass over this rank's shard. ``feeder`` yields device batches and keeps
+    :class:`~pipeline.transfer.TransferStats` (``feeder.stats``); the task's loss runs in
+    :meth:`Stepper.train_step`; everything else watches (:mod:`pipeline.train.observers`)."""
+    samples, ids, first_wait = 0, [], 0.0
+    loss_sum = torch.zeros((), device=stepper.device)  # summed on the device: no sync per step
+    copied, moved = feeder.stats.copy_s, feeder.stats.bytes
+    end = clock()
+    for index, (batch, waited) in enumerate(spans.fetch(iter(feeder), clock), start=1):
+        stats = feeder.stats
+        fetch = Fetch(index, waited, stats.copy_s - copied, stats.bytes - moved)
+        copied, moved = stats.copy_s, stats.bytes
+        batch = {**batch, field: layout(batch[field])}
+        ids.append(batch["id"])
+        observers.on_batch(batch, fetch)
+        loss, stepped = stepper.train_step(batch, index, transform)
+        size = stepper.task.batch_size(batch)
+        samples += size
+        loss_sum += loss.float()
+        now = clock()
+        observers.on_step(Step(epoch=epoch, index=index, samples=size, loss=loss,
+                               stepped=stepped, waited=waited, seconds=now - end, now=now,
+                               ids=ids))
+        end, first_wait = now, first_wait if index > 1 else waited
+    observers.on_epoch_end(epoch)
+    seen = torch.cat(ids).cpu().numpy() if ids else np.empty(0, np.int64)
+    return Pass(samples, len(ids), float(loss_sum), first_wait, seen)
+
+
+def augmenter(spec: WorkerSpec, epoch: int) -> Callable[[dict], dict] | None:
+    """``data.augment`` as the step's transform (on the device, in its forward span)."""
+    data, field = spec.config.data, spec.field
+    if not data.augment.enabled:
+        return None
+    return lambda batch: {**batch, field: augment(batch[field], batch["id"], seed=data.seed,
+                                                  epoch=epoch, config=data.augment)}
+
+
+@dataclass
+class Worker:
+    """One rank's epochs, with every Ray-specific part handed in (:func:`train_loop` builds
+    them; unit tests drive it with fakes). Each epoch: the training pass, validation, the
+    report the driver gets (:class:`~pipeline.messages.EpochDone`) and a checkpoint, so a
+    restart resumes at the next epoch."""
+
+    spec: WorkerSpec
+    stepper: Stepper
+    prof: StepProfiler
+    train: Any  # FeedChain
+    val: Any  # FeedChain, or None without validation
+    caches: dict[str, SampleCache]
+    ranks: Ranks
+    rank: int
+    push: Callable[[Message], Any]
+    save: Callable[..., None]  # checkpoint.save less the model, optimizer and schedule
+    gauges: Observer | None = None
+    data_ops: Callable[[], Any] | None = None  # Ray Data's operator stats of the last pass
+    extra: tuple[Observer, ...] = ()  # watch the steps after the loop's own observers
+    clock: Callable[[], float] = time.perf_counter
+    unix: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        cfg = self.spec.config
+        self.spans = Spans(self.prof)
+        self.checkpoints = MidEpochCheckpoints(
+            cfg.train.checkpoint_every, self.stepper.accum, self.stepper, self.prof,
+            self.save, lambda ids: np.concatenate(self.ranks.gather(ids)))
+        self.observers = Observers(
+            self.spans, self.gauges, self.checkpoints,
+            PoolPulse(self.push, self.rank, self.unix) if cfg.data.ours else None,
+            DivergenceCheck(self.stepper),
+            Progress(self.push, self.ranks.world) if self.rank == 0 else None, *self.extra)
+        self.transfer: TransferStats | None = None
+
+    def run(self, resume: checkpoint.Resume | None = None) -> None:
+        for epoch in range(resume.epoch if resume else 0, self.spec.config.train.epochs):
+            resumed = resume is not None and epoch == resume.epoch and len(resume.consumed) > 0
+            self.epoch(epoch, resume.consumed if resumed else None)
+        if self.prof.enabled:
+            # The last epoch's report and checkpoint (after its summary was sent): the training
+            # phase's tail; and the timeline (the last steps and the phases around them).
+            self.push(ProfileTail(rank=self.rank, events=self.prof.trace_events(),
+                                  profile=self.prof.epoch_summary(
+                                      epoch=self.spec.config.train.epochs)))
+        for cache in self.caches.values():
+            cache.discard()
+
+    def epoch(self, epoch: int, consumed: np.ndarray | None = None) -> dict[str, Any]:
+        """One epoch; ``consumed``: the ids it trained before a restart (skipped now)."""
+        stepper, prof = self.stepper, self.prof
+        start, started_at = self.clock(), self.unix()
+        streamed = not self.train.replays
+        self.checkpoints.paused = consumed is not None
+        with self.train.epoch(epoch, skip=consumed) as feeder, stepper.join(consumed is not None):
+            done = train_pass(feeder, stepper, self.spans, self.observers, epoch=epoch,
+                              field=self.spec.field, transform=augmenter(self.spec, epoch),
+                              clock=self.clock)
+        if stepper.accum > 1:  # a last, partial accumulation group (after the join: collective)
+            with prof.span("optimizer"):
+                stepper.finish_epoch(done.steps % stepper.accum)
+        self.transfer = self.transfer.merged(feeder.stats) if self.transfer else feeder.stats
+        wall = self.clock() - start
+        with prof.phase("validation"):
+            counts = {}
+            if self.val is not None:
+                with self.val.epoch(epoch) as val:
+                    counts = evaluate(stepper, val, self.spec.field)
+        with prof.phase("report"):
+            metrics, profile = self._report(epoch, done, counts, wall)
+            self.push(EpochDone(
+                rank=self.rank, epoch=epoch + 1, rank_samples=done.samples, rank_seconds=wall,
+                line=metrics | {"cache": self.train.status(), "started_at": started_at,
+                                "ended_at": self.unix()},
+                transfer=self.transfer.as_dict(), ids=done.ids, profile=profile,
+                # committed this epoch before the restart (every rank's), sent once
+                resumed_ids=consumed if consumed is not None and self.rank == 0 else None,
+                data_ops=(self.data_ops() if self.data_ops and self.rank == 0 and streamed
+                          else None)))
+        with prof.phase("checkpoint"):
+            self.save(epoch=epoch + 1, step=0, consumed=np.empty(0, np.int64), metrics=metrics)
+        return metrics
+
+    def _report(self, epoch: int, done: Pass, counts: dict[str, torch.Tensor],
+                wall: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The epoch's metrics, the same on every rank, and its profile (collectives). The
+        caches agree first: one replays only if every rank's is complete; once they do, the
+        ranks deal the replayed epochs over the group ``data.reshuffle`` names."""
+        _agree(self.caches, self.ranks)
+        if self.train.replays and self.train.group is None:
+            _share(self.train, self.ranks)
+        samples, loss, steps = self.ranks.sum([done.samples, done.loss_sum, done.steps])
+        metrics = {"epoch": epoch + 1, "samples": int(samples), "steps": done.steps,
+                   "train_loss": loss / max(steps, 1), "epoch_seconds": wall,
+                   "first_batch_seconds": done.first_batch_s,
+                   "samples_per_second": samples / wall if wall > 0 else 0.0}
+        if self.val is not None:
+            metrics |= task_metrics(self.stepper.task, all_counts(counts, self.ranks),
+                                    reserved={*metrics, "straggler"})
+        profile = self._profile(epoch)
+        # The straggler rule's input: work per step over the run so far, the numbers the
+        # verdict reads (pipeline.profile.detectors.straggler); without spans, epoch time.
+        work = self.prof.work_per_step() if self.prof.enabled else None
+        work = max(1e-9, work if work is not None else wall / max(done.steps, 1))
+        metrics["straggler"] = straggler_summary(
+            self.ranks.step_times(work),
+            straggler_ratio=self.spec.config.profile.straggler_ratio)
+        return metrics, profile
+
+    def _profile(self, epoch: int) -> dict[str, Any] | None:
+        """Close the profile's window of this epoch. With several ranks, every rank first learns,
+        step by step, the longest wait of any rank for its batch (a collective), so the
+        all-reduce time it spent waiting for a peer's input is charged to input, not
+        communication."""
+        if not self.prof.enabled:
+            return None
+        peer = self.ranks.slowest_waits(self.prof.step_waits())
+        return self.prof.epoch_summary(epoch=epoch + 1, peer_waits=peer)
+
+
 def train_loop(loop_config: dict[str, Any]) -> None:
-    """Entry point given to ``TorchTrainer``; ``loop_config = {"spec": WorkerSpec}``."""
+    """Entry point given to ``TorchTrainer``; ``loop_config = {"spec": WorkerSpec}``. Builds
+    this rank's parts from Ray Train's context and runs them (:class:`Worker`)."""
     import ray.train
 
     marks = {"process_start": process_start(), "entered": time.time()}
-
     spec: WorkerSpec = loop_config["spec"]
     cfg = spec.config
     ctx = ray.train.get_context()
@@ -217,115 +387,33 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     nccl_plan = apply_rank_plan(spec.rank_plans, device_index=device.index) \
         if device.type == "cuda" and spec.rank_plans else None
 
+    push = functools.partial(send, spec.reporter)
     prof = StepProfiler.from_config(cfg.profile, rank=rank, device=device)
-    gauges = TrainMetrics(cfg.run.name, rank)
     stepper = _build(spec, device, world, prof)
     # the driver learns why before Ray Train reports a failed worker (pushed and waited for)
-    stepper.on_diverged = lambda message: ray.get(
-        send(spec.reporter, Diverged(rank=rank, message=message)), timeout=30)
-    model, ddp, optimizer, scheduler = (stepper.model, stepper.ddp, stepper.optimizer,
-                                        stepper.scheduler)
+    stepper.on_diverged = lambda message: ray.get(push(Diverged(rank=rank, message=message)),
+                                                  timeout=30)
+    ranks = Ranks(device, world)
     train_shard = ray.train.get_dataset_shard("train")
-    caches = _caches(spec, ctx, device)
+    caches = _caches(spec, ctx, ranks)
     feed = FeedSpec.from_config(cfg, spec.field)
     train = FeedChain(feed, train_shard, device=device, cache=caches["train"], rank=rank)
     val = (FeedChain(feed, ray.train.get_dataset_shard("val"), device=device,
                      cache=caches["val"], rank=rank, train=False) if spec.has_val else None)
 
-    resume = checkpoint.load(model, optimizer, device, cfg.train.resume_from, scheduler)
+    resume = checkpoint.load(stepper.model, stepper.optimizer, device, cfg.train.resume_from,
+                             stepper.scheduler)
     meta = {"task": task_name(stepper.task), "model": cfg.train.model,
             "input_shape": list(spec.sample_shape), "num_classes": spec.num_classes}
-    send(spec.reporter, Started(rank=rank, marks=marks, nccl_plan=nccl_plan,
-                                resumed=None if resume is None else
-                                {"epoch": resume.epoch, "step": resume.step,
-                                 "consumed": len(resume.consumed)}))
-    metrics: dict[str, Any] = {}
-    transfer: TransferStats | None = None
-    for epoch in range(resume.epoch if resume else 0, cfg.train.epochs):
-        resumed = resume is not None and epoch == resume.epoch and len(resume.consumed) > 0
-        skip = resume.consumed if resumed else None
-
-        def on_step(steps: int, ids: list, epoch: int = epoch) -> None:
-            # Mid-epoch checkpoints need every rank at the same step; after a resume the ranks'
-            # step counts differ (each skips different ids), so that epoch saves at its end only.
-            every = cfg.train.checkpoint_every
-            if every and (steps // stepper.accum) % every == 0:
-                stepper.check_finite(epoch)  # never a checkpoint of diverged weights
-                with prof.phase("checkpoint"):
-                    mine = torch.cat(ids).cpu().numpy()
-                    checkpoint.save(model, optimizer, epoch=epoch, step=steps,
-                                    consumed=checkpoint.all_consumed(mine), meta=meta,
-                                    metrics={"epoch": epoch + 1, "step": steps},
-                                    scheduler=scheduler)
-
-        start, started_at = time.perf_counter(), time.time()
-        # Uneven inputs after a resume: DDP's join keeps ranks that run out in step with the rest.
-        uneven = ddp.join() if resumed and isinstance(ddp, nn.parallel.DistributedDataParallel) \
-            else contextlib.nullcontext()
-        streamed = not train.replays
-        with train.epoch(epoch, skip=skip) as feeder, uneven:
-            samples, steps, loss_sum, first_batch_s, seen = train_epoch(
-                feeder, stepper, prof, gauges, spec, epoch, device,
-                on_step=None if resumed else on_step)
-        if stepper.accum > 1:  # a last, partial accumulation group (after the join: collective)
-            with prof.span("optimizer"):
-                stepper.finish_epoch(steps % stepper.accum)
-        gauges.flush()
-        transfer = transfer.merged(feeder.stats) if transfer else feeder.stats
-        wall = time.perf_counter() - start
-        with prof.phase("validation"):
-            counts = {}
-            if val is not None:
-                with val.epoch(epoch) as feeder:
-                    counts = evaluate(stepper, feeder, spec.field)
-        with prof.phase("report"):
-            _agree(caches, device)
-            if train.replays and train.group is None:
-                _share(train, world)
-            g_samples, g_loss, g_steps = _all_sum([samples, loss_sum, steps], device)
-            metrics = {
-                "epoch": epoch + 1,
-                "samples": int(g_samples),
-                "steps": steps,
-                "train_loss": g_loss / max(g_steps, 1),
-                "epoch_seconds": wall,
-                "first_batch_seconds": first_batch_s,
-                "samples_per_second": g_samples / wall if wall > 0 else 0.0,
-            }
-            if val is not None:
-                metrics |= task_metrics(stepper.task, all_counts(counts, device, world),
-                                        reserved={*metrics, "straggler"})
-            profile = _epoch_profile(prof, epoch, device, world)
-            # The straggler rule's input: work per step over the run so far, the numbers the
-            # verdict reads (pipeline.profile.detectors.straggler); without spans, epoch time.
-            work = prof.work_per_step() if prof.enabled else None
-            work = max(1e-9, work if work is not None else wall / max(steps, 1))
-            per_rank = gather_step_times(work, device=device) if world > 1 else {0: work}
-            metrics["straggler"] = straggler_summary(per_rank,
-                                                     straggler_ratio=cfg.profile.straggler_ratio)
-            send(spec.reporter, EpochDone(
-                rank=rank, epoch=epoch + 1, rank_samples=samples, rank_seconds=wall,
-                line=metrics | {"cache": train.status(), "started_at": started_at,
-                                "ended_at": time.time()},
-                transfer=transfer.as_dict(), ids=seen, profile=profile,
-                # committed this epoch before the restart (every rank's), sent once
-                resumed_ids=resume.consumed if resumed and rank == 0 else None,
-                # operator stats come from rank 0
-                data_ops=(operator_stats(train_shard.stats()) if rank == 0 and streamed
-                          else None)))
-        # every epoch ends with a checkpoint: a restart resumes at the next epoch
-        with prof.phase("checkpoint"):
-            checkpoint.save(model, optimizer, epoch=epoch + 1, step=0,
-                            consumed=np.empty(0, np.int64), metrics=metrics, meta=meta,
-                            scheduler=scheduler)
-    if prof.enabled:
-        # The last epoch's report and checkpoint (after its summary was sent): the training
-        # phase's tail; and the timeline (the last steps and the phases around them).
-        send(spec.reporter, ProfileTail(rank=rank,
-                                        profile=prof.epoch_summary(epoch=cfg.train.epochs),
-                                        events=prof.trace_events()))
-    for cache in caches.values():
-        cache.discard()
+    push(Started(rank=rank, marks=marks, nccl_plan=nccl_plan,
+                 resumed=None if resume is None else
+                 {"epoch": resume.epoch, "step": resume.step, "consumed": len(resume.consumed)}))
+    Worker(spec=spec, stepper=stepper, prof=prof, train=train, val=val, caches=caches,
+           ranks=ranks, rank=rank, push=push,
+           save=functools.partial(checkpoint.save, stepper.model, stepper.optimizer, meta=meta,
+                                  scheduler=stepper.scheduler),
+           gauges=Gauges(TrainMetrics(cfg.run.name, rank)),
+           data_ops=lambda: operator_stats(train_shard.stats())).run(resume)
     if cfg.collective.probe and world > 1:
         _probe_link(spec, ctx, device)
 

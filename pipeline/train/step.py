@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,10 @@ import torch.distributed as dist
 from torch import nn
 
 from pipeline.train.task import Task
+
+
+def _untimed(name: str) -> Any:
+    return contextlib.nullcontext()
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -67,9 +72,40 @@ class Stepper:
             return contextlib.nullcontext()
         return self.ddp.no_sync()
 
+    def join(self, uneven: bool) -> Any:
+        """Around a pass whose ranks may run out of batches at different steps (after a resume,
+        each skips different ids): DDP's join keeps the ones that run out in step."""
+        if uneven and isinstance(self.ddp, nn.parallel.DistributedDataParallel):
+            return self.ddp.join()
+        return contextlib.nullcontext()
+
     max_nonfinite: int = 0  # train.max_nonfinite_steps
     on_diverged: Any = None  # called with the error's message before it is raised
+    #: the profile's step spans (``StepProfiler.span``); None: not timed
+    span: Callable[[str], Any] | None = None
     _nonfinite: torch.Tensor | None = None  # non-finite losses so far, counted on the device
+
+    def train_step(self, batch: dict[str, torch.Tensor], index: int,
+                   transform: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+                   | None = None) -> tuple[torch.Tensor, bool]:
+        """The epoch's ``index``-th batch (from 1): ``transform`` (device-side augmentation)
+        and the task's loss in the forward span, the backward span, and the optimizer span if
+        the batch ends an accumulation group. Returns the detached loss and whether the
+        optimizer stepped."""
+        span = self.span or _untimed
+        last = self.is_last(index)
+        with self.sync(last):  # DDP decides in the forward whether the backward syncs
+            with span("forward"):
+                if transform is not None:
+                    batch = transform(batch)
+                with self.autocast():
+                    loss = self.task.loss(self.ddp, batch)
+            with span("backward"):
+                self.backward(loss)
+        if last:
+            with span("optimizer"):
+                self.step()
+        return loss.detach(), last
 
     def backward(self, loss: torch.Tensor) -> None:
         bad = (~torch.isfinite(loss.detach())).to(torch.int64)  # no host sync per step

@@ -149,7 +149,7 @@ def wait_for(condition, timeout: float = 90.0):
 
 
 def feed(pool: PoolController, *, wait: float, busy: float, seconds: float) -> None:
-    """Pulses shaped as a run sends them (pipeline.train.epoch, pipeline.data.reader): every
+    """Pulses shaped as a run sends them (pipeline.train.observers, pipeline.data.reader): every
     second, each of two ranks' wait over its steps and the decode actors' busy time."""
     end = time.time() + seconds
     while time.time() < end:

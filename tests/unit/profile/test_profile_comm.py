@@ -45,7 +45,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
                 x, y = torch.randn(16, 32, generator=gen), torch.randint(0, 4, (16,), generator=gen)
             with prof.span("forward"):
                 if rank == SLOW_RANK:
-                    time.sleep(SLOW_FORWARD_S)
+                    time.sleep(SLOW_FORWARD_S)  # in the spawned rank: a real slow rank
                 loss = torch.nn.functional.cross_entropy(ddp(x), y)
             with prof.span("backward"):
                 loss.backward()
@@ -57,6 +57,10 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
                   "params": [p.detach().sum().item() for p in model.parameters()]}
         with open(f"{out_dir}/rank{rank}.json", "w") as f:
             json.dump(result, f)
+        # Both ranks are done with the group before either tears it down: rank 0 hosts the
+        # store, and a rank whose peer exited with the gloo group alive can abort ("terminate
+        # called without an active exception"). On an error, no barrier: the peer may never come.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -99,19 +103,21 @@ def test_slow_rank_is_diagnosed_as_the_straggler(ddp_results):
 
 
 def test_exposed_is_last_done_minus_last_ready():
+    # imported here: the spawned ranks import this module and need none of the fake worker
     from pipeline.profile import CommTimer
+    from tests.unit.train.fake_worker import VirtualClock
 
-    timer = CommTimer(device=torch.device("cpu"))
-    first = time.perf_counter()
+    clock = VirtualClock()
+    timer = CommTimer(device=torch.device("cpu"), clock=clock)
     timer.on_ready()
+    clock.advance(0.005)
     timer.on_done()  # an early bucket, reduced while backward still ran
-    time.sleep(0.01)
+    clock.advance(0.01)
     timer.on_ready()  # the last bucket: backward compute is over
-    time.sleep(0.02)
+    clock.advance(0.02)
     timer.on_done()
-    whole = time.perf_counter() - first
-    exposed = timer.step_exposed()
-    assert 0.02 <= exposed <= whole - 0.01  # from the last ready, not the first
+    # from the last ready (0.02), not the first (0.035); the early bucket's done is no later
+    assert timer.step_exposed() == pytest.approx(0.02)
     assert timer.step_exposed() == 0.0  # a step without buckets (e.g. under no_sync)
 
 

@@ -5,9 +5,7 @@ import math
 from pathlib import Path
 
 import pytest
-import real_loop
 from conftest import rank_summary
-from real_loop import Epoch
 
 from pipeline.collective.straggler import straggler_summary
 from pipeline.config import load_config
@@ -19,6 +17,8 @@ from pipeline.profile import (
     diagnose,
     merge_ranks,
 )
+from tests.unit.train import fake_worker
+from tests.unit.train.fake_worker import Epoch
 
 QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart.yaml"
 
@@ -148,7 +148,7 @@ def test_every_verdict_is_reachable_and_json_ready(make_ranks):
         "transfer_bound": make_ranks(2, h2d=0.2),
         "communication_bound": make_ranks(2, comm_exposed=0.2),
         "straggler": make_ranks(3, slow={1: {"forward": 0.3}}),
-        "startup_bound": {r: combine_summaries(real_loop.run([Epoch(startup=2.0)] * 3, rank=r)[0])
+        "startup_bound": {r: combine_summaries(fake_worker.run([Epoch(startup=2.0)] * 3, rank=r)[0])
                           for r in range(2)},
         "inconclusive": make_ranks(2, other=0.1),
     }
@@ -233,7 +233,7 @@ def test_no_steps_is_an_error_that_says_why():
         merge_ranks({0: rank_summary(0, {"forward": 0.1}, steps=0)})
 
 
-# -- multi-epoch runs in the real loop's shape (real_loop.py) ---------------------------------
+# -- multi-epoch runs of the real worker loop, driven by fakes (fake_worker.py) ------------
 
 
 def loop_ranks(plans_by_rank, *, peer=True):
@@ -242,7 +242,7 @@ def loop_ranks(plans_by_rank, *, peer=True):
     epochs = len(next(iter(plans_by_rank.values())))
     peers = ([[max(w) for w in zip(*(p[e].step_waits() for p in plans_by_rank.values()),
                                    strict=True)] for e in range(epochs)] if peer else None)
-    return {r: combine_summaries(real_loop.run(plans, rank=r, peer_waits=peers)[0])
+    return {r: combine_summaries(fake_worker.run(plans, rank=r, peer_waits=peers)[0])
             for r, plans in plans_by_rank.items()}
 
 

@@ -3,14 +3,11 @@
 
 import argparse
 import json
-import time
 
 import numpy as np
 import pytest
-import real_loop
 import torch
 from matplotlib import image
-from real_loop import Epoch
 
 from pipeline.cli import report as report_cli
 from pipeline.profile import (
@@ -27,6 +24,8 @@ from pipeline.profile import (
     write_timeline,
 )
 from pipeline.profile._summary import TRAINING_PHASES
+from tests.unit.train import fake_worker
+from tests.unit.train.fake_worker import Epoch, VirtualClock
 
 DATA_OPS = [{"operator": "ReadParquet", "rows": 640, "busy_s": 0.4, "blocked_s": 0.1,
              "tasks": 4, "wall_s": 10.0},
@@ -39,14 +38,15 @@ THROUGHPUT = [{"time_s": float(t), "samples_per_s": 100.0 + 10 * t, "rank": r}
 def profiled_ranks(n=2, steps=4):
     out = {}
     for rank in range(n):
-        prof = StepProfiler(rank=rank, device=torch.device("cpu"), trace_steps=3)
+        clock = VirtualClock()
+        prof = StepProfiler(rank=rank, device=torch.device("cpu"), trace_steps=3, clock=clock)
         for _ in range(steps):
             with prof.span("data_wait"):
-                time.sleep(0.001)
+                clock.advance(0.001)
             with prof.span("forward"):
-                time.sleep(0.001)
+                clock.advance(0.001)
             with prof.span("backward"):
-                time.sleep(0.001)
+                clock.advance(0.001)
             prof.step_done(samples=4)
         out[rank] = (prof.epoch_summary(), prof.trace_events())
     return out
@@ -163,7 +163,7 @@ def test_pipeline_report_on_a_directory_without_a_profile_fails_clearly(tmp_path
 
 def test_report_shows_every_phase_of_the_training_wall_and_they_add_up(tmp_path):
     plans = [Epoch(startup=2.0, steps=20, validation=0.4, checkpoint=0.3)] * 3
-    ranks = {r: combine_summaries(real_loop.run(plans, rank=r)[0]) for r in range(2)}
+    ranks = {r: combine_summaries(fake_worker.run(plans, rank=r)[0]) for r in range(2)}
     merged = merge_ranks(ranks)
     d = diagnose(merged, [], ProfileConfig(), {"data.cache": "off"})
     text = write_report(tmp_path / "report.md", d, merged).read_text()
@@ -182,7 +182,7 @@ def test_report_shows_every_phase_of_the_training_wall_and_they_add_up(tmp_path)
 
 
 def test_timeline_has_a_track_for_each_out_of_step_phase(tmp_path):
-    events = {r: real_loop.run([Epoch()] * 2, rank=r)[1].trace_events() for r in range(2)}
+    events = {r: fake_worker.run([Epoch()] * 2, rank=r)[1].trace_events() for r in range(2)}
     trace = json.loads(write_timeline(tmp_path / "t.json", events, []).read_text())
     threads = {e["args"]["name"] for e in trace["traceEvents"]
                if e["name"] == "thread_name" and e["pid"] == 0}

@@ -1,7 +1,9 @@
 """StepProfiler: phases, the derived `other`, carving, trace, epoch windows.
 
-The first tests run real work on the host clock; the rest drive the exact span sequence of the
-real loop (real_loop.py) on a virtual clock, so every second can be accounted for.
+Every test but one runs on a virtual clock (tests/unit/train/fake_worker.py's VirtualClock), so
+every duration is exact: the first tests drive spans by hand, the rest the real worker loop
+driven by fakes (fake_worker.py), so every second can be accounted for. One test reads the host
+clock, for the Unix timestamps of its trace.
 """
 
 import json
@@ -9,88 +11,100 @@ import time
 
 import pytest
 import torch
-from real_loop import Epoch, VirtualClock, run, run_epoch
 
 from pipeline.profile import PHASES, StepProfiler, combine_summaries, merge_ranks
+from tests.unit.train.fake_worker import Epoch, VirtualClock, run, run_epoch
 
 CPU = torch.device("cpu")
 
 
-def one_step(prof, *, wait=0.001, fwd=0.02, bwd=0.002, opt=0.0005, samples=8, h2d=None):
+def profiler(**kwargs):
+    """A profiler on a virtual clock, and the clock."""
+    clock = VirtualClock()
+    return StepProfiler(rank=kwargs.pop("rank", 0), device=CPU, clock=clock, **kwargs), clock
+
+
+def one_step(prof, clock, *, wait=0.001, fwd=0.02, bwd=0.002, opt=0.0005, samples=8, h2d=None):
     with prof.span("data_wait"):
-        time.sleep(wait)
+        clock.advance(wait)
     if h2d is not None:
         prof.add("h2d", h2d, within="data_wait")
     with prof.span("forward"):
-        time.sleep(fwd)
+        clock.advance(fwd)
     with prof.span("backward"):
-        time.sleep(bwd)
+        clock.advance(bwd)
     with prof.span("optimizer"):
-        time.sleep(opt)
+        clock.advance(opt)
     prof.step_done(samples=samples)
 
 
 def test_phases_follow_the_work_and_add_up_to_the_wall():
-    prof = StepProfiler(rank=0, device=CPU)
+    prof, clock = profiler()
     for _ in range(4):
-        one_step(prof, fwd=0.02, bwd=0.002)
+        one_step(prof, clock, fwd=0.02, bwd=0.002)
     s = prof.epoch_summary()
     ph = s["phases"]
     assert s["steps"] == 4 and s["samples"] == 32
     assert set(ph) == set(PHASES)
-    # Forward slept 10x longer than backward; ordering, not exact times.
     assert ph["forward"]["sum"] > ph["backward"]["sum"] > 0
-    assert ph["forward"]["p50"] >= 0.02  # a sleep lasts at least its duration
+    assert ph["forward"]["sum"] == pytest.approx(4 * 0.02)
+    assert ph["backward"]["sum"] == pytest.approx(4 * 0.002)
+    assert ph["forward"]["p50"] == pytest.approx(0.02)
     assert ph["comm_exposed"]["sum"] == 0.0 and ph["h2d"]["sum"] == 0.0
     # `other` is what the named phases do not cover, so everything adds up to the wall.
     assert sum(p["sum"] for p in ph.values()) == pytest.approx(s["wall_s"], rel=1e-9)
+    assert s["wall_s"] == pytest.approx(clock.now)
     assert s["step_s"]["p99"] >= s["step_s"]["p50"] > 0
     json.dumps(s)
 
 
 def test_time_outside_spans_is_other():
-    prof = StepProfiler(rank=0, device=CPU)
+    prof, clock = profiler()
     for _ in range(3):
         with prof.span("forward"):
-            time.sleep(0.001)
-        time.sleep(0.02)  # e.g. logging between the optimizer and the next batch
+            clock.advance(0.001)
+        clock.advance(0.02)  # e.g. logging between the optimizer and the next batch
         prof.step_done(samples=1)
     ph = prof.epoch_summary()["phases"]
     assert ph["other"]["sum"] > ph["forward"]["sum"]
+    assert ph["other"]["sum"] == pytest.approx(3 * 0.02)
+    assert ph["forward"]["sum"] == pytest.approx(3 * 0.001)
 
 
 def test_added_duration_is_carved_out_of_its_span():
-    prof = StepProfiler(rank=0, device=CPU)
+    prof, clock = profiler()
     for _ in range(3):
-        one_step(prof, wait=0.01, h2d=0.004)
+        one_step(prof, clock, wait=0.01, h2d=0.004)
     ph = prof.epoch_summary()["phases"]
     assert ph["h2d"]["sum"] == pytest.approx(0.012)
-    assert ph["data_wait"]["sum"] >= 0.03 - 0.012  # 10 ms sleep per step minus 4 ms carved
+    assert ph["data_wait"]["sum"] == pytest.approx(0.03 - 0.012)  # 10 ms per step minus 4 carved
 
 
 def test_carving_more_than_the_span_held_is_clamped():
-    prof = StepProfiler(rank=0, device=CPU)
-    one_step(prof, wait=0.001, h2d=5.0)
+    prof, clock = profiler()
+    one_step(prof, clock, wait=0.001, h2d=5.0)
     s = prof.epoch_summary()
     assert s["phases"]["data_wait"]["sum"] == 0.0
-    assert s["phases"]["h2d"]["sum"] < 0.5  # not the 5 s claimed: only what data_wait held
+    # not the 5 s claimed: only what data_wait held
+    assert s["phases"]["h2d"]["sum"] == pytest.approx(0.001)
     assert sum(p["sum"] for p in s["phases"].values()) == pytest.approx(s["wall_s"], rel=1e-9)
 
 
 def test_time_between_epochs_is_not_charged_to_a_step():
-    prof = StepProfiler(rank=0, device=CPU)
-    one_step(prof)
+    prof, clock = profiler()
+    one_step(prof, clock)
     prof.epoch_summary()
-    time.sleep(0.15)  # validation, checkpointing...
-    one_step(prof, fwd=0.001)
+    clock.advance(0.15)  # validation, checkpointing...
+    one_step(prof, clock, fwd=0.001)
     s = prof.epoch_summary()
     assert s["steps"] == 1 and s["wall_s"] < 0.15
+    assert s["wall_s"] == pytest.approx(0.001 + 0.001 + 0.002 + 0.0005)  # the step alone
 
 
 def test_trace_keeps_only_recent_steps_with_one_track_per_phase():
-    prof = StepProfiler(rank=3, device=CPU, trace_steps=2)
+    prof, clock = profiler(rank=3, trace_steps=2)
     for _ in range(5):
-        one_step(prof, wait=0.001, fwd=0.001, bwd=0.001, h2d=0.0005)
+        one_step(prof, clock, wait=0.001, fwd=0.001, bwd=0.001, h2d=0.0005)
     events = prof.trace_events()
     steps = sorted({e["args"]["step"] for e in events})
     assert steps == [3, 4]
@@ -103,12 +117,32 @@ def test_trace_keeps_only_recent_steps_with_one_track_per_phase():
     step4 = next(e for e in events if e["name"] == "step 4")
     fwd4 = next(e for e in events if e["name"] == "forward" and e["args"]["step"] == 4)
     assert step4["ts"] <= fwd4["ts"] and fwd4["ts"] + fwd4["dur"] <= step4["ts"] + step4["dur"]
+    assert fwd4["dur"] == pytest.approx(1000, abs=1)  # 1 ms in microseconds
+
+
+def test_the_host_clock_puts_the_trace_at_unix_time():
+    # The default clock on a CPU: real perf_counter marks, placed on the Unix timeline.
+    prof = StepProfiler(rank=0, device=CPU, trace_steps=1)
+    before = time.time()
+    for span in ("data_wait", "forward", "backward", "optimizer"):
+        with prof.span(span):
+            pass
+    prof.step_done(samples=1)
+    after = time.time()
+    events = prof.trace_events()
+    assert {e["name"] for e in events} >= {"step 0", "forward"}
+    slack = 1000  # microseconds: the clock's two anchors are read one after the other
+    for e in events:
+        assert before * 1e6 - slack <= e["ts"] <= e["ts"] + e["dur"] <= after * 1e6 + slack
+    s = prof.epoch_summary()
+    assert 0 < s["wall_s"] <= after - before
+    assert sum(p["sum"] for p in s["phases"].values()) == pytest.approx(s["wall_s"], rel=1e-9)
 
 
 def test_disabled_profiler_records_nothing():
-    prof = StepProfiler(rank=0, device=CPU, enabled=False)
+    prof, clock = profiler(enabled=False)
     for _ in range(3):
-        one_step(prof, fwd=0.001, h2d=0.1)
+        one_step(prof, clock, fwd=0.001, h2d=0.1)
     s = prof.epoch_summary()
     assert s["steps"] == 0 and s["wall_s"] == 0.0
     assert prof.trace_events() == []
@@ -139,7 +173,7 @@ def test_many_steps_are_resolved_in_batches_without_losing_any():
     assert sorted({e["args"]["step"] for e in prof.trace_events()}) == [32, 33, 34, 35, 36]
 
 
-# -- the real loop's shape (tests/unit/profile/real_loop.py), on a virtual clock ---------------
+# -- the real worker loop driven by fakes (tests/unit/train/fake_worker.py), virtual clock ----
 
 
 def test_every_second_of_a_multi_epoch_run_is_counted_once():

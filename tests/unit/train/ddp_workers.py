@@ -12,11 +12,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 from pipeline.collective import CollectiveConfig, init_process_group
 from pipeline.profile import StepProfiler
-from pipeline.train.epoch import train_epoch
 from pipeline.train.loop import _build
 from pipeline.train.task import ClassificationTask
 from pipeline.transfer import DeviceFeeder
-from tests.unit.train.loop_fixtures import batches, spec
+from tests.unit.train.loop_fixtures import batches, one_pass, spec
 
 CPU = torch.device("cpu")
 SIZES = [6] * 6  # rank r trains batches r, r+2, r+4: one whole group of 2, then half a group
@@ -38,7 +37,7 @@ def accumulate(rank: int, port: int, out: str) -> None:
 
     stepper.ddp.register_comm_hook(None, counting)
     with DeviceFeeder(batches(SIZES)[rank::2], device="cpu") as feeder:
-        _, steps, _, _, _ = train_epoch(feeder, stepper, prof, None, worker_spec, 0, CPU)
+        steps = one_pass(feeder, stepper, prof, worker_spec).steps
     stepped = stepper.finish_epoch(steps % stepper.accum)
     Path(out, f"rank{rank}.json").write_text(json.dumps({
         "steps": steps, "stepped_at_end": stepped, "all_reduces": len(all_reduces),

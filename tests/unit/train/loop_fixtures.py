@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from pipeline.config import load_config
-from pipeline.train.loop import WorkerSpec
+from pipeline.train.loop import WorkerSpec, augmenter, train_pass
+from pipeline.train.observers import Spans
 
 
 class Reporter:
@@ -44,3 +45,10 @@ def merged(host, groups):
         out.append({key: np.concatenate([b[key] for b in host[i:i + k]]) for key in host[0]})
         i += k
     return out
+
+
+def one_pass(feeder, stepper, prof, worker_spec, epoch=0):
+    """The loop's training pass, observed by the profile's spans only."""
+    spans = Spans(prof)
+    return train_pass(feeder, stepper, spans, spans, epoch=epoch, field=worker_spec.field,
+                      transform=augmenter(worker_spec, epoch))

@@ -1,6 +1,7 @@
 """The loop's training and validation passes driven without Ray: a real DeviceFeeder over
 in-memory batches (the host batches Ray Data yields), the real profiler, the loop's own
-``_build``; what a step does is checked against what the task's loss implies."""
+``_build``; what a step does is checked against what the task's loss implies. (The whole
+worker, epochs and all, on a virtual clock: tests/unit/train/test_worker.py.)"""
 
 import numpy as np
 import pytest
@@ -8,11 +9,12 @@ import torch
 
 from pipeline.profile import StepProfiler
 from pipeline.train.context import TaskContext
-from pipeline.train.epoch import all_counts, evaluate, task_metrics, train_epoch
+from pipeline.train.evaluate import all_counts, evaluate, task_metrics
 from pipeline.train.loop import _build
+from pipeline.train.ranks import Ranks
 from pipeline.train.task import ClassificationTask
 from pipeline.transfer import DeviceFeeder
-from tests.unit.train.loop_fixtures import batches, merged, spec
+from tests.unit.train.loop_fixtures import batches, merged, one_pass, spec
 from tests.unit.train.tasks import CountingSGD, RecordingClassification, WeightedSumTask
 
 CPU = torch.device("cpu")
@@ -22,9 +24,9 @@ def run_epoch(worker_spec, host, *, finish=True):
     prof = StepProfiler(rank=0, device=CPU)
     stepper = _build(worker_spec, CPU, 1, prof)
     with DeviceFeeder(host, device="cpu") as feeder:
-        result = train_epoch(feeder, stepper, prof, None, worker_spec, 0, CPU)
+        result = one_pass(feeder, stepper, prof, worker_spec)
     if finish:
-        stepper.finish_epoch(result[1] % stepper.accum)
+        stepper.finish_epoch(result.steps % stepper.accum)
     return stepper, prof, result
 
 
@@ -35,8 +37,7 @@ def params(model):
 def test_the_task_loss_drives_the_update_and_the_task_optimizer_steps():
     host = batches([5, 3])
     lr = 0.1
-    stepper, _, (samples, steps, loss_sum, _, seen) = run_epoch(
-        spec(WeightedSumTask(), lr=lr), host)
+    stepper, _, done = run_epoch(spec(WeightedSumTask(), lr=lr), host)
     start = WeightedSumTask().build_model(TaskContext((4,), 3, train=None))
     # dL/dW[j] = Σ_i label_i x_i and dL/db[j] = Σ_i label_i, whatever the weights
     dw = sum(torch.from_numpy(b["features"].T @ b["label"].astype(np.float32)) for b in host)
@@ -52,8 +53,8 @@ def test_the_task_loss_drives_the_update_and_the_task_optimizer_steps():
                                               @ host[0]["label"].astype(np.float32))
         start.bias -= lr * float(host[0]["label"].sum())
     second = WeightedSumTask().loss(start, {k: torch.from_numpy(v) for k, v in host[1].items()})
-    assert loss_sum == pytest.approx(float((first + second).detach()), rel=1e-5)
-    assert (samples, steps) == (8, 2) and seen.tolist() == list(range(8))  # ids: the loop's
+    assert done.loss_sum == pytest.approx(float((first + second).detach()), rel=1e-5)
+    assert (done.samples, done.steps) == (8, 2) and done.ids.tolist() == list(range(8))
 
 
 def test_classification_through_the_loop_is_todays_loop():
@@ -63,7 +64,7 @@ def test_classification_through_the_loop_is_todays_loop():
     worker_spec = spec(ClassificationTask(), field="image", shape=(1, 8, 8), model="cnn",
                        lr=0.05)
     torch.manual_seed(0)
-    stepper, _, (_, _, loss_sum, _, _) = run_epoch(worker_spec, host)
+    stepper, _, done = run_epoch(worker_spec, host)
 
     from pipeline.train.models import build_model
     torch.manual_seed(0)
@@ -80,7 +81,7 @@ def test_classification_through_the_loop_is_todays_loop():
         losses += float(loss.detach())
     for mine, theirs in zip(stepper.model.parameters(), model.parameters(), strict=True):
         assert torch.equal(mine, theirs)
-    assert loss_sum == pytest.approx(losses, rel=1e-6)
+    assert done.loss_sum == pytest.approx(losses, rel=1e-6)
 
 
 @pytest.mark.parametrize("sizes,accum,groups", [
@@ -91,10 +92,11 @@ def test_classification_through_the_loop_is_todays_loop():
 def test_accumulated_micro_steps_equal_one_big_step(sizes, accum, groups):
     host = batches(sizes)
     torch.manual_seed(0)
-    small, prof, (_, steps, _, _, _) = run_epoch(
+    small, prof, done = run_epoch(
         spec(ClassificationTask(), model="mlp", grad_accum_steps=accum), host)
     torch.manual_seed(0)
     big, _, _ = run_epoch(spec(ClassificationTask(), model="mlp"), merged(host, groups))
+    steps = done.steps
     assert steps == len(sizes)
     for mine, theirs in zip(small.model.parameters(), big.model.parameters(), strict=True):
         assert torch.allclose(mine, theirs, atol=1e-6)
@@ -120,9 +122,9 @@ def test_bf16_autocasts_forward_and_loss_on_cpu():
     stepper = _build(worker_spec, CPU, 1, prof)
     before = params(stepper.model)
     with DeviceFeeder(host, device="cpu") as feeder:
-        _, _, loss_sum, _, _ = train_epoch(feeder, stepper, prof, None, worker_spec, 0, CPU)
+        done = one_pass(feeder, stepper, prof, worker_spec)
     assert task.logit_dtypes == [torch.bfloat16, torch.bfloat16]
-    assert np.isfinite(loss_sum)
+    assert np.isfinite(done.loss_sum)
     after = params(stepper.model)
     assert all(p.dtype == torch.float32 for p in after)  # weights stay fp32
     assert all(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
@@ -134,10 +136,10 @@ def test_bf16_autocasts_forward_and_loss_on_cpu():
 def test_bf16_images_with_augmentation():
     host = batches([4, 4], field="image", shape=(1, 8, 8))
     task = RecordingClassification()
-    _, _, (_, _, loss_sum, _, _) = run_epoch(
+    _, _, done = run_epoch(
         spec(task, field="image", shape=(1, 8, 8), model="cnn", precision="bf16", augment=True),
         host)
-    assert np.isfinite(loss_sum) and task.logit_dtypes == [torch.bfloat16] * 2
+    assert np.isfinite(done.loss_sum) and task.logit_dtypes == [torch.bfloat16] * 2
 
 
 def test_grad_clipping_caps_the_update():
@@ -171,7 +173,7 @@ def test_validation_sums_the_task_counts_into_its_metrics():
                      StepProfiler(rank=0, device=CPU, enabled=False))
     with DeviceFeeder(host, device="cpu") as feeder:
         sums = evaluate(stepper, feeder, "features")
-    totals = all_counts(sums, CPU, world=1)
+    totals = all_counts(sums, Ranks(CPU))
     with torch.no_grad():
         x = torch.from_numpy(np.concatenate([b["features"] for b in host]))
         y = torch.from_numpy(np.concatenate([b["label"] for b in host]))
@@ -233,14 +235,14 @@ def test_the_custom_task_example_trains_through_the_loop():
 
     host = batches([8, 8], field="image", shape=(1, 8, 8))
     task = example.SmoothedClassification(smoothing=0.2)
-    stepper, _, (_, _, loss_sum, _, _) = run_epoch(
+    stepper, _, done = run_epoch(
         spec(task, field="image", shape=(1, 8, 8), model="cnn", lr_schedule="cosine",
              num_train=16, batch_size=8), host)
     assert isinstance(stepper.optimizer, torch.optim.AdamW)
     assert [g["weight_decay"] for g in stepper.optimizer.param_groups] == [0.05, 0.0]
-    assert np.isfinite(loss_sum) and stepper.scheduler.last_epoch == 2
+    assert np.isfinite(done.loss_sum) and stepper.scheduler.last_epoch == 2
     with DeviceFeeder(host, device="cpu") as feeder:
-        totals = all_counts(evaluate(stepper, feeder, "image"), CPU, world=1)
+        totals = all_counts(evaluate(stepper, feeder, "image"), Ranks(CPU))
     metrics = task_metrics(task, totals, reserved={"samples"})
     assert metrics["val_samples"] == 16
     assert metrics["val_accuracy"] <= metrics["val_top2_accuracy"] <= 1.0
