@@ -133,8 +133,10 @@ def main(argv: list[str]) -> int:
     driver, token = int(argv[0]), argv[1]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the driver's death or SIGTERM ends it
     signal.signal(signal.SIGTERM, lambda signum, frame: _released.append(signum))
-    print(f"feedline watchdog: watching driver {driver}", file=sys.stderr, flush=True)
     ray = RayProcesses(token)
+    # said once the handlers are in place and the first scan is done (tests wait for it)
+    print(f"feedline watchdog: watching driver {driver} and the {len(ray.scan())} processes "
+          "of its Ray", file=sys.stderr, flush=True)
     wait_for_death(driver, ray)
     if _released:
         wait_for_leave(ray)

@@ -3,7 +3,6 @@ it fits."""
 
 import importlib.util
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -40,14 +39,11 @@ def test_slopes_fit_growth_after_warmup_and_skip_short_lived_processes():
 
 @pytest.mark.timeout(30)
 def test_ray_processes_finds_only_ray_children_of_this_process():
-    ray_like = subprocess.Popen(["bash", "-c", 'exec -a "ray::FakeActor" sleep 30'])
+    # `sleep` named as an actor (argv[0]): Popen returns once the exec is done, so its command
+    # line is the fake actor's already
+    ray_like = subprocess.Popen(["ray::FakeActor", "30"], executable="sleep")
     other = subprocess.Popen(["sleep", "30"])
     try:
-        deadline = time.monotonic() + 10
-        # until bash has exec'd: before that its own command line names the fake actor too
-        while (soak.ray_processes().get(ray_like.pid, ("",))[0] != "ray::FakeActor"
-               and time.monotonic() < deadline):
-            time.sleep(0.05)
         found = soak.ray_processes()
         assert ray_like.pid in found
         name, rss, anon = found[ray_like.pid]

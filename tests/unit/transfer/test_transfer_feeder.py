@@ -2,7 +2,6 @@
 uint8 normalisation, the stall watchdog and argument errors (CPU device)."""
 
 import threading
-import time
 import tracemalloc
 import weakref
 
@@ -237,10 +236,11 @@ def test_a_handed_over_batch_is_freed_in_the_consumer_thread():
     # The producer keeps no reference to a batch it handed over, so the batch dies in the
     # consumer's thread (what makes record_stream on a per-thread default stream correct on
     # CUDA). The source blocks after batch 0: the producer waits in next() with batch 0 done.
-    release = threading.Event()
+    asked, release = threading.Event(), threading.Event()
 
     def source():
         yield {"x": np.zeros(1024, np.float32)}
+        asked.set()
         release.wait(10)
         yield {"x": np.ones(1024, np.float32)}
 
@@ -250,7 +250,7 @@ def test_a_handed_over_batch_is_freed_in_the_consumer_thread():
         batch = next(it)
         weakref.finalize(batch["x"], lambda: died_in.append(threading.current_thread().name))
         del batch
-        time.sleep(0.3)  # the producer is in the source's next() now
-        threading.Timer(0.5, release.set).start()
+        assert asked.wait(10)  # the producer is in the source's next() now
+        release.set()
         assert float(next(it)["x"][0]) == 1.0
     assert died_in == [threading.main_thread().name]
