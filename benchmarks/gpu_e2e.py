@@ -16,6 +16,7 @@ train        the image job of benchmarks/configs/gpu_e2e.yaml (synthetic JPEGs d
 diagnosis    three ``pipeline run`` with one bottleneck injected each: too few decode actors and
              no cache (input), a heavy model on cached data (compute), float32 batches from
              pageable memory with a tiny model (transfer); whether each verdict names it
+             (--dry runs the first only)
 h2d          benchmarks/h2d.py: raw copy bandwidth and the overlap beside compute
 profile      benchmarks/profile_overhead.py: the profiler's cost per step
 ===========  =================================================================================
@@ -47,7 +48,8 @@ SIZES = {
             "sets": ["data.image_size=[32, 32]", "train.model=cnn", "train.precision=fp32",
                      "train.batch_size=16", "train.cpus_per_worker=0.5",
                      "data.concurrency=[1, 1]"],
-            "diagnosis_sets": ["train.epochs=1"]},  # each run's start-up dominates anyway
+            "diagnosis_sets": ["train.epochs=1"],  # each run's start-up dominates anyway
+            "diagnosis": ["input_bound"]},  # one injected run shows the step works
 }
 #: what each diagnosis run injects, the verdict that names it, and its overrides
 INJECTED = {
@@ -172,7 +174,8 @@ def _with_sets(bench: Any, sets: list[str], work: Path) -> Any:
 
 def diagnosis_step(size: dict[str, Any], data: Path, work: Path) -> dict[str, Any]:
     out = {}
-    for expected, sets in INJECTED.items():
+    for expected in size.get("diagnosis", INJECTED):
+        sets = INJECTED[expected]
         run_dir = work / f"diagnosis-{expected}"
         argv = [sys.executable, "-m", "pipeline", "run", str(CONFIG), "--output", str(run_dir),
                 "--set", f"data.source.path={data}"]

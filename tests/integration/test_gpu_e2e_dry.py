@@ -27,6 +27,7 @@ def test_the_gpu_script_runs_every_step_dry(tmp_path):
     assert set(rows) == {"feedline", "raytrain", "ddp"}
     assert all(r["ok"] and r["samples"] for r in rows.values()), rows
     assert rows["feedline"]["feedline"]["status"] == "succeeded"
+    assert set(result["diagnosis"]) == {"input_bound"}  # one injected run dry; three on the GPU
     for injected, run in result["diagnosis"].items():  # verdicts are the GPU run's to judge
         assert run["rc"] == 0 and run["verdict"], (injected, run)
     assert result["h2d"]["bandwidth"] and result["profile"]
