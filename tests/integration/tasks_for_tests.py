@@ -74,6 +74,16 @@ def position_rows(path):
     return ray.data.read_parquet(path).map_batches(_stack, batch_format="numpy")
 
 
+def _drop_last_feature(batch):
+    return {"x": batch["x"][:, :-1], "label": batch["label"]}
+
+
+def narrower_rows(path):
+    """:func:`position_rows` with one feature fewer per row: a validation set built by another
+    script than the training set's."""
+    return position_rows(path).map_batches(_drop_last_feature, batch_format="numpy")
+
+
 
 class DivergingTask(ClassificationTask):
     """Cross-entropy until a worker's ``after``-th step, NaN from there on (as a learning rate

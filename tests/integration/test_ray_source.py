@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 
 import pipeline
-from tests.integration.tasks_for_tests import PositionTask, position_rows, write_position_rows
+from pipeline.config import ConfigError
+from tests.integration.tasks_for_tests import (
+    PositionTask,
+    narrower_rows,
+    position_rows,
+    write_position_rows,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -49,6 +55,22 @@ def test_a_read_parquet_dataset_without_ids_trains_exactly_once_per_epoch(ray_cl
     assert ids.min() >= 0 and ids.max() < rows
     config = (out / "config.yaml").read_text()
     assert "kind: ray" in config
+
+
+@pytest.mark.timeout(300)
+def test_a_validation_set_of_another_shape_is_refused_before_training(ray_cluster, tmp_path):
+    write_position_rows(tmp_path / "rows", files=1, rows=50)
+    out = tmp_path / "out"
+    rows = str(tmp_path / "rows")
+    with pytest.raises(ConfigError) as refused:
+        pipeline.run(QUICKSTART, show_progress=False, task=PositionTask(),
+                     datasets={"train": position_rows(rows), "val": narrower_rows(rows)},
+                     sets=[f"run.output={out}"])
+    assert "the validation dataset's 'x' column is" in str(refused.value)
+    assert "shape=(3,)" in str(refused.value) and "shape=(4,)" in str(refused.value)
+    assert not (out / "ray" / "train").exists()  # found while planning: no worker started
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and "ConfigError" in summary["error"]
 
 
 @pytest.mark.timeout(300)

@@ -157,6 +157,21 @@ def _input(source: RaySource, names: list[str]) -> str:
     return rest[0]
 
 
+def _same_rows(train: Any, val: Any, names: list[str]) -> None:
+    """Refuse, before any training, a validation dataset whose rows the task could not read as
+    it reads the training rows: a column missing, or of another type or shape."""
+    theirs = dict(zip(val.schema().names, val.schema().types, strict=True))
+    ours = dict(zip(train.schema().names, train.schema().types, strict=True))
+    errors = [f"{FIELD}: the validation dataset has no {n!r} column (the training dataset's "
+              f"is {ours[n]}); give both datasets the same columns"
+              for n in names if n not in theirs]
+    errors += [f"{FIELD}: the validation dataset's {n!r} column is {theirs[n]}, the training "
+               f"dataset's is {ours[n]}; give both the same type and per-row shape"
+               for n in names if n in theirs and theirs[n] != ours[n]]
+    if errors:
+        raise ConfigError(errors)
+
+
 def row_shapes(ds: Any) -> dict[str, tuple[tuple[int, ...], int]]:
     """``column -> (per-row shape, bytes per row)`` from the dataset's schema."""
     schema = ds.schema()
@@ -186,6 +201,7 @@ def plan_ray(config: DataConfig, given: Any = None) -> dict[str, Any]:
     ids = seen["id"]
     if "val" in datasets:
         val = with_ids(datasets["val"], val=True)
+        _same_rows(train, val, [field, *(["label"] if "label" in shapes else [])])
         numbered = numbered or val is not datasets["val"]
         train_ids, num_val = ids, val.count()
     elif config.val_fraction > 0:
