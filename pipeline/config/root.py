@@ -73,6 +73,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
     if data is None:
+        logger.warning("%s holds no settings (it is empty or only comments): every setting is "
+                       "its default", path)
         return {}
     if not isinstance(data, dict):
         raise ConfigError([f"{path}: the top level must be a mapping of sections, "

@@ -155,3 +155,13 @@ def test_learning_rates_in_exponent_notation_are_floats(tmp_path):
     assert (cfg.train.lr, cfg.train.weight_decay, cfg.train.grad_clip_norm) == (3e-4, 1e-2, 1.0)
     with pytest.raises(ConfigError, match=r"train.lr: expected float, got 'fast' \(str\)"):
         load_config(path, ["train.lr=fast"])
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+def test_a_config_file_without_settings_is_said_to_mean_every_default(tmp_path, caplog, text):
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    with caplog.at_level("WARNING", logger="pipeline.config.root"):
+        cfg = load_config(path)
+    assert cfg == load_config({})
+    assert f"{path} holds no settings (it is empty or only comments)" in caplog.text
