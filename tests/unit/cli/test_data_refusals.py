@@ -60,6 +60,16 @@ def test_one_class_is_refused_by_run_and_by_validate(tmp_path, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_validate_lists_the_field_errors_and_the_data_error_together(tmp_path, capsys):
+    missing = tmp_path / "no-such-folder"
+    assert main(["validate", QUICKSTART, *source("image_folder", missing),
+                 "--set", "train.epochs=0", "--set", "train.lr=fast"]) == 2
+    err = capsys.readouterr().err
+    assert "train.epochs" in err and "train.lr" in err
+    assert f"data.source.path ({str(missing)!r}) does not exist" in err
+    assert "3 error(s)" in err
+
+
 def test_validate_warns_about_files_it_will_not_read(tmp_path, capsys):
     folder = write_folder(tmp_path / "imgs")
     (folder / "cat" / "notes.txt").write_text("not an image")
