@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.markup import escape
 
@@ -126,7 +125,11 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
         if found:
             _check_resumed_task(out, task)
             console.print(f"[yellow]resume[/]: {escape(found)}", highlight=False)
-        (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        changed = rundir.write_config(to_dict(cfg))
+        if changed:
+            console.print(f"[yellow]warning[/]: this run resumes with settings that differ from "
+                          f"the ones its checkpoints were made with (the earlier ones are kept "
+                          f"in config-*.yaml): {escape('; '.join(changed))}", highlight=False)
         task_sets = _task_set(cfg, task, given)
         resume = (resume_command(config, [*sets, *task_sets], out)
                   if datasets is None and task_sets is not None else None)

@@ -22,10 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from pipeline import jsonio
 from pipeline.config import ConfigError
 
 SUMMARY = "summary.json"
+CONFIG = "config.yaml"
 LOCK = ".feedline.lock"
 #: what a folder may hold before a run's summary exists: the lock, and the console log that
 #: ``pipeline tune`` opens for the run it starts there
@@ -104,6 +107,29 @@ class RunDir:
         """The one writer of ``summary.json`` (strict JSON, atomic)."""
         jsonio.write(self.summary_path, summary, indent=2)
 
+    def write_config(self, settings: dict[str, Any]) -> list[str]:
+        """Write the run's ``config.yaml``. A resumed run whose settings differ from the ones
+        its folder last ran with keeps those as ``config-<k>.yaml`` (one per segment) and gets
+        back the changes, ``key: old -> new``, for the caller to warn about."""
+        path = self.path / CONFIG
+        text = yaml.safe_dump(settings, sort_keys=False)
+        changed = []
+        if path.is_file():
+            try:
+                before = _flat(yaml.safe_load(path.read_text()) or {})
+            except yaml.YAMLError:
+                before = {}
+            now = _flat(yaml.safe_load(text))
+            changed = [f"{key}: {before.get(key)!r} -> {now.get(key)!r}"
+                       for key in sorted(before.keys() | now.keys())
+                       if before.get(key) != now.get(key)]
+            if changed:
+                segment = next(k for k in range(1, 10_000)
+                               if not (self.path / f"config-{k}.yaml").exists())
+                path.replace(self.path / f"config-{segment}.yaml")
+        path.write_text(text)
+        return changed
+
     def write_running(self, name: str, epochs: int, resume: str | None) -> None:
         """``summary.json`` while the run goes: which process holds the directory, so that a
         rerun knows a killed one (the status stays ``running``) for what it is."""
@@ -159,3 +185,14 @@ def _alive(pid: Any, summary: dict[str, Any]) -> bool:
     from pipeline.procfs import started
 
     return isinstance(pid, int) and started(pid) == summary.get("pid_start")
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"lr": 0.1}}`` as ``{"train.lr": 0.1}``."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

@@ -179,3 +179,21 @@ def test_a_resume_trains_the_task_its_checkpoints_were_made_by(tmp_path):
                                           r"WeightedSumTask', but this run trains "
                                           r"'classification'"):
         pipeline.run(QUICKSTART, sets=[f"run.output={tmp_path}"])
+
+
+def test_a_resume_with_changed_settings_keeps_each_segments_config_and_says_what_changed(
+        tmp_path):
+    rundir = RunDir(tmp_path)
+    first = {"train": {"batch_size": 32, "lr": 0.05}, "data": {"seed": 0}}
+    assert rundir.write_config(first) == []  # a fresh folder
+    assert rundir.write_config(first) == []  # resumed as it was: nothing kept aside
+    assert not (tmp_path / "config-1.yaml").exists()
+    second = {"train": {"batch_size": 64, "lr": 0.05}, "data": {"seed": 0}}
+    assert rundir.write_config(second) == ["train.batch_size: 32 -> 64"]
+    third = {"train": {"batch_size": 64, "lr": 0.1}, "data": {"seed": 0}}
+    assert rundir.write_config(third) == ["train.lr: 0.05 -> 0.1"]
+    import yaml
+
+    assert yaml.safe_load((tmp_path / "config-1.yaml").read_text()) == first
+    assert yaml.safe_load((tmp_path / "config-2.yaml").read_text()) == second
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == third
