@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,20 @@ def _exactly_once(accounting: list[dict[str, Any]], epochs: int) -> bool | None:
             and all(a["lost"] == 0 and a["duplicated"] == 0 for a in accounting))
 
 
+@dataclass(frozen=True)
+class Job:
+    """What the driver decided for one run before any worker starts."""
+
+    config: Config
+    output: Path
+    plan: ResourcePlan
+    backend: str
+    backend_reason: str
+    network: dict[str, Any]  # nccl_advice: env, rank_plans, advice
+    data: DataPlan
+    task: Any
+
+
 def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
             clock: JobClock, show_progress: bool = True,
             source: tuple[SourcePlan, ReaderSpec] | None = None,
@@ -155,12 +170,69 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     ``source`` is the data source the caller planned before starting Ray, if it did. ``task``
     (a :class:`~pipeline.train.task.Task`) replaces ``train.task``; either is resolved here,
     so a task that cannot be imported fails before any worker starts. ``datasets`` are the
-    Ray Datasets of a ``ray`` source given to ``pipeline.run``."""
+    Ray Datasets of a ``ray`` source given to ``pipeline.run``.
+
+    plan → datasets → fit (the progress monitor and the decode pool's controller beside it)
+    → summary."""
     import ray
 
-    from pipeline.train.task import resolve_task, task_name
+    from pipeline.train.task import resolve_task
 
-    task = resolve_task(task if task is not None else config.train.task)
+    plan, backend, backend_reason = _resources(config, console)
+    quarantine = QuarantineLog.options(**_on_this_node()).remote(config.run.name)
+    reporter = RunInbox.options(**_on_this_node()).remote()
+    data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
+                          quarantine=quarantine, source=source, datasets=datasets,
+                          pulse=reporter if config.data.ours else None,
+                          reshuffle=not config.train.deterministic)
+    _say_data(config, data, console)
+    job = Job(config=config, output=output, plan=plan, backend=backend,
+              backend_reason=backend_reason, network=nccl_advice(config), data=data,
+              task=resolve_task(task if task is not None else config.train.task))
+    pool = (PoolController(config.data, reporter, run=config.run.name,
+                           metrics_path=output / "metrics.jsonl", console=console,
+                           world_size=config.train.num_workers, train_cpus=job.plan.train_cpus,
+                           act=config.data.elastic)
+            if config.data.ours else None)
+    with ProgressMonitor(reporter, epochs=config.train.epochs,
+                         samples_per_epoch=job.data.num_train,
+                         world_size=config.train.num_workers,
+                         metrics_path=output / "metrics.jsonl", console=console,
+                         show=show_progress,
+                         delivered_dir=output / EPOCHS_DIR, pool=pool) as monitor:
+        clock.mark("fit_started")
+        result = _fit(job, reporter, quarantine, monitor, pool)
+    clock.mark("fit_done")
+    clock.worker = monitor.worker_marks
+    clock.epochs = monitor.epoch_metrics
+    bad = ray.get(quarantine.records.remote(), timeout=60)
+    write_quarantine(bad, output / "quarantine.jsonl")
+    summary = _summary(job, result, monitor, pool, bad, ray_address=ray_address,
+                       wall=clock.marks["fit_done"] - clock.marks["process_start"])
+    if monitor.probe and monitor.probe["warning"]:
+        console.print(f"[yellow]link[/]: {monitor.probe['warning']}")
+    if monitor.profiles:
+        summary |= write_profile(config, output, monitor,
+                                 device="cuda" if job.plan.use_gpu else "cpu")
+        console.print(f"[bold]diagnosis[/]: {summary['diagnosis']['verdict']}")
+        for advice in summary["diagnosis"]["advice"]:
+            console.print(f"  - {advice}")
+    try:
+        check_bad_fraction(len(bad), job.data.num_train + job.data.num_val,
+                           config.data.max_bad_fraction, job.data.origin, bad)
+    except RuntimeError as exc:
+        summary |= {"status": "failed", "error": str(exc)}
+        raise
+    finally:
+        RunDir(output).write_summary(summary)
+    discard(output / EPOCHS_DIR)  # delivered.npz holds every epoch now
+    return summary
+
+
+def _resources(config: Config, console: Console) -> tuple[ResourcePlan, str, str]:
+    """CPUs and GPUs for the trainers and for preprocessing, and the collective backend (a
+    :class:`~pipeline.errors.PlanError` for a plan that would starve either)."""
+    import ray
 
     resources = ray.cluster_resources()
     plan = plan_resources(
@@ -170,18 +242,14 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         cpus_per_actor=config.data.cpus_per_actor,
         data_pool_cpus=pool_cpus(config.data.placement),
         train_pool_cpus=pool_cpus(config.train.placement))
-    backend, backend_reason = choose_backend(config.collective, plan.use_gpu)
-    network = nccl_advice(config)
+    backend, reason = choose_backend(config.collective, plan.use_gpu)
     console.print(f"[bold]plan[/]: {plan.train_cpus:g} CPUs for {config.train.num_workers} Train "
                   f"workers, {plan.data_cpus:g} for preprocessing; {plan.gpu_reason}; "
                   f"backend {backend}")
+    return plan, backend, reason
 
-    quarantine = QuarantineLog.options(**_on_this_node()).remote(config.run.name)
-    reporter = RunInbox.options(**_on_this_node()).remote()
-    data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
-                          quarantine=quarantine, source=source, datasets=datasets,
-                          pulse=reporter if config.data.ours else None,
-                          reshuffle=not config.train.deterministic)
+
+def _say_data(config: Config, data: DataPlan, console: Console) -> None:
     what = (f"{len(data.classes)} classes" if data.classes
             else f"input {data.field!r} {list(data.sample_shape)}")
     console.print(f"[bold]data[/]: {data.num_train:,} train / {data.num_val:,} validation samples, "
@@ -192,49 +260,51 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                       f"than each of the {config.train.num_workers} ranks' share of the training "
                       f"split ({share} samples): every epoch is one short step per rank; lower "
                       f"train.batch_size")
-    spec = WorkerSpec(config=config, field=data.field, sample_shape=data.sample_shape,
-                      num_classes=len(data.classes), use_gpu=plan.use_gpu,
-                      has_val=data.val is not None, reporter=reporter,
-                      num_train=data.num_train, num_val=data.num_val, task=task,
-                      row_bytes=data.row_bytes, rank_plans=network["rank_plans"])
-    trainer = _trainer(config, plan, data, spec, network["env"], backend, output, reporter)
-    pool = (PoolController(config.data, reporter, run=config.run.name,
-                           metrics_path=output / "metrics.jsonl", console=console,
-                           world_size=config.train.num_workers, train_cpus=plan.train_cpus,
-                           act=config.data.elastic)
-            if config.data.ours else None)
-    with ProgressMonitor(reporter, epochs=config.train.epochs,
-                         samples_per_epoch=data.num_train, world_size=config.train.num_workers,
-                         metrics_path=output / "metrics.jsonl", console=console,
-                         show=show_progress,
-                         delivered_dir=output / EPOCHS_DIR, pool=pool) as monitor:
-        clock.mark("fit_started")
-        try:
-            with _controller_poll(CONTROLLER_POLL_S):
-                result = trainer.fit()
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (pipeline.cluster.stop)
-            trainer.abort()
-            raise
-        except Exception as exc:
-            monitor.drain()
-            if monitor.diverged:  # a rank's loss went NaN: said whole, not as a worker failure
-                raise NonFiniteLossError(monitor.diverged) from exc
-            # Ray truncates worker tracebacks; a threshold the readers hit is reported whole.
-            reason = ray.get(quarantine.failure.remote(), timeout=30)
-            if reason:  # the quarantine says which files to fix: write it before stopping
-                write_quarantine(ray.get(quarantine.records.remote(), timeout=60),
-                                 output / "quarantine.jsonl")
-                raise BadSampleThresholdError(reason) from exc
-            raise
-        finally:
-            if pool is not None:
-                pool.close()  # no autoscaler request outlives the run
-    clock.mark("fit_done")
-    clock.worker = monitor.worker_marks
-    clock.epochs = monitor.epoch_metrics
 
-    bad = ray.get(quarantine.records.remote(), timeout=60)
-    write_quarantine(bad, output / "quarantine.jsonl")
+
+def _fit(job: Job, reporter: Any, quarantine: Any, monitor: ProgressMonitor,
+         pool: PoolController | None) -> Any:
+    """Ray Train's ``fit()``; a failure is said for what it is: a diverged loss, a bad-sample
+    threshold the readers hit (with the quarantine written first), else Ray's error."""
+    import ray
+
+    config, data = job.config, job.data
+    spec = WorkerSpec(config=config, field=data.field, sample_shape=data.sample_shape,
+                      num_classes=len(data.classes), use_gpu=job.plan.use_gpu,
+                      has_val=data.val is not None, reporter=reporter,
+                      num_train=data.num_train, num_val=data.num_val, task=job.task,
+                      row_bytes=data.row_bytes, rank_plans=job.network["rank_plans"])
+    trainer = _trainer(config, job.plan, data, spec, job.network["env"], job.backend,
+                       job.output, reporter)
+    try:
+        with _controller_poll(CONTROLLER_POLL_S):
+            return trainer.fit()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (pipeline.cluster.stop)
+        trainer.abort()
+        raise
+    except Exception as exc:
+        monitor.drain()
+        if monitor.diverged:  # a rank's loss went NaN: said whole, not as a worker failure
+            raise NonFiniteLossError(monitor.diverged) from exc
+        # Ray truncates worker tracebacks; a threshold the readers hit is reported whole.
+        reason = ray.get(quarantine.failure.remote(), timeout=30)
+        if reason:  # the quarantine says which files to fix: write it before stopping
+            write_quarantine(ray.get(quarantine.records.remote(), timeout=60),
+                             job.output / "quarantine.jsonl")
+            raise BadSampleThresholdError(reason) from exc
+        raise
+    finally:
+        if pool is not None:
+            pool.close()  # no autoscaler request outlives the run
+
+
+def _summary(job: Job, result: Any, monitor: ProgressMonitor, pool: PoolController | None,
+             bad: list[dict[str, Any]], *, ray_address: str, wall: float) -> dict[str, Any]:
+    """``summary.json``'s content: what the run did, the checkpoint copied beside it, and the
+    accounting of every epoch (with those an earlier, stopped run into the folder finished)."""
+    from pipeline.train.task import task_name
+
+    config, data, output = job.config, job.data, job.output
     checkpoint_dir = output / "checkpoint"
     if result.checkpoint is not None:
         with result.checkpoint.as_directory() as src:
@@ -243,7 +313,6 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     samples = sum(m["samples"] for m in monitor.epoch_metrics)
     steady_seconds = sum(m["epoch_seconds"] - m["first_batch_seconds"]
                          for m in monitor.epoch_metrics)
-    wall = clock.marks["fit_done"] - clock.marks["process_start"]  # final value after shutdown
     quarantined = [r["id"] for r in bad]
     # this run's epochs, and those an earlier run into this directory finished before it stopped
     delivered, resumed_ids = merge_earlier(output / EPOCHS_DIR, config.train.epochs,
@@ -256,32 +325,33 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                    | {"epoch": e} for e in delivered]
                   if data.train_ids is not None else [])
     write_delivered(output / "delivered.npz", delivered, resumed_ids)
-    summary = {
+    return {
         "status": "succeeded",
         "name": config.run.name,
         "epochs": config.train.epochs,
         "samples": samples,
         # what the user waited for: samples over the job's wall time, start-up included
+        # (wall: to the end of fit; the caller sets its final value after Ray's shutdown)
         "samples_per_second": samples / wall if wall else 0.0,
         # inside epochs, without each epoch's first-batch wait
         "steady_samples_per_second": samples / steady_seconds if steady_seconds else 0.0,
         "wall_seconds": wall,
         "cache": final.get("cache"),
         "num_workers": config.train.num_workers,
-        "task": task_name(task),
+        "task": task_name(job.task),
         "val_accuracy": final.get("val_accuracy"),
         # the task's validation metrics (val_accuracy, val_samples for classification)
         "val_metrics": {k: v for k, v in final.items() if k.startswith("val_")},
         "train_loss": final.get("train_loss"),
         "ray_address": ray_address,
-        "backend": backend,
-        "collective": {"backend": backend, "reason": backend_reason, **network,
+        "backend": job.backend,
+        "collective": {"backend": job.backend, "reason": job.backend_reason, **job.network,
                        # what each worker applied of rank_plans (ranks.apply_rank_plan)
                        "received": {str(r): p for r, p in sorted(monitor.nccl_received.items())},
                        "probe": monitor.probe},
         "transfer": sum_transfer(monitor.transfer),
         "straggler": final.get("straggler"),
-        "plan": plan.as_dict(),
+        "plan": job.plan.as_dict(),
         "autoscale": pool.summary() if pool is not None else {"enabled": False},
         "data": {"origin": data.origin, "classes": list(data.classes),
                  "num_train": data.num_train, "num_val": data.num_val},
@@ -293,20 +363,3 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         "exactly_once": _exactly_once(accounting, config.train.epochs),
         "checkpoint": str(checkpoint_dir) if result.checkpoint is not None else None,
     }
-    if monitor.probe and monitor.probe["warning"]:
-        console.print(f"[yellow]link[/]: {monitor.probe['warning']}")
-    if monitor.profiles:
-        summary |= write_profile(config, output, monitor, device="cuda" if plan.use_gpu else "cpu")
-        console.print(f"[bold]diagnosis[/]: {summary['diagnosis']['verdict']}")
-        for advice in summary["diagnosis"]["advice"]:
-            console.print(f"  - {advice}")
-    try:
-        check_bad_fraction(len(bad), data.num_train + data.num_val,
-                           config.data.max_bad_fraction, data.origin, bad)
-    except RuntimeError as exc:
-        summary |= {"status": "failed", "error": str(exc)}
-        raise
-    finally:
-        RunDir(output).write_summary(summary)
-    discard(output / EPOCHS_DIR)  # delivered.npz holds every epoch now
-    return summary
