@@ -20,10 +20,11 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from pipeline.cluster.stop import RunStopped, received
+from pipeline.cluster.stop import received
 from pipeline.config import Config, ConfigError, load_config, to_dict
 from pipeline.data import ReaderSpec, plan_source
 from pipeline.data.sources import SourcePlan, skipped_warning
+from pipeline.errors import RunStopped
 from pipeline.job.breakdown import JobClock, to_markdown
 from pipeline.job.rundir import RunDir
 

@@ -73,9 +73,8 @@ def main(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from pipeline.api import run
-    from pipeline.cluster.stop import RunStopped, received
-    from pipeline.data.reader import BadSampleThresholdError
-    from pipeline.errors import NonFiniteLossError, PlanError
+    from pipeline.cluster.stop import received
+    from pipeline.errors import BadSampleThresholdError, NonFiniteLossError, PlanError, RunStopped
     from pipeline.job.breakdown import JobClock
     from pipeline.procfs import process_start
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-class PlanError(ValueError):
-    """The cluster cannot run this plan; the message names the numbers to change."""
+from pipeline.errors import PlanError
 
 
 @dataclass(frozen=True)

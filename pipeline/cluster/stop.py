@@ -23,26 +23,9 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 _received: list[int] = []  # the signals of this run's stop, in order
-
-
-class RunStopped(KeyboardInterrupt):
-    """``pipeline.run`` was stopped by a signal; ``summary`` (also ``summary.json``) says where
-    it stopped and how to resume."""
-
-    def __init__(self, signum: int, output: Path, summary: dict[str, Any]):
-        super().__init__(f"stopped by {signal.Signals(signum).name}; run directory {output}")
-        self.signum = signum
-        self.output = output
-        self.summary = summary
-
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention for a process ended by a signal: 130 (SIGINT), 143 (SIGTERM)."""
-        return 128 + self.signum
 
 
 def received() -> int | None:

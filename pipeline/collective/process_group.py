@@ -23,12 +23,9 @@ import torch.distributed as dist
 
 from pipeline.collective.backend import choose_backend
 from pipeline.collective.config import CollectiveConfig
+from pipeline.errors import CollectiveTimeoutError
 
 logger = logging.getLogger(__name__)
-
-
-class CollectiveTimeoutError(RuntimeError):
-    """A collective waited ``collective.timeout_s`` for a peer that never joined."""
 
 
 def init_process_group(config: CollectiveConfig, *, rank: int, world_size: int,

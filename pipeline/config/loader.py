@@ -20,14 +20,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from pipeline.config.options import bound_errors
-
-
-class ConfigError(ValueError):
-    """One or more config problems; ``errors`` holds one line per problem."""
-
-    def __init__(self, errors: list[str]):
-        self.errors = list(errors)
-        super().__init__("\n".join(self.errors))
+from pipeline.errors import ConfigError
 
 
 def parse(cls: type, data: Any, path: str = "") -> Any:

@@ -11,10 +11,6 @@ import math
 from typing import Any
 
 
-class BadSampleThresholdError(RuntimeError):
-    """Too many bad samples: the data, not a few files, is broken. Stops the run."""
-
-
 class BadSample(ValueError):
     """A sample refused for a known reason; ``error_type`` names it in the quarantine record."""
 

@@ -26,7 +26,6 @@ from pipeline.config.callables import load_callable
 from pipeline.data.bad_samples import (
     MIN_SAMPLES_FOR_FRACTION,
     BadSample,
-    BadSampleThresholdError,
     Z,
     bad_fraction_message,
     clearly_above,
@@ -34,6 +33,7 @@ from pipeline.data.bad_samples import (
 )
 from pipeline.data.read_images import SPECIAL_FILES, ImageReading, ReadThread, to_eight_bit
 from pipeline.data.read_tables import TableReading
+from pipeline.errors import BadSampleThresholdError
 from pipeline.messages import DecodeBusy, send
 
 __all__ = ["MIN_SAMPLES_FOR_FRACTION", "SPECIAL_FILES", "Z", "BadSample",

@@ -26,8 +26,9 @@ from pipeline.config import Config
 from pipeline.data import DataPlan, build_datasets
 from pipeline.data.accounting import account_epoch
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
-from pipeline.data.reader import BadSampleThresholdError, ReaderSpec
+from pipeline.data.reader import ReaderSpec
 from pipeline.data.sources import SourcePlan, skipped_fields
+from pipeline.errors import BadSampleThresholdError, NonFiniteLossError
 from pipeline.job.breakdown import JobClock
 from pipeline.job.delivered import EPOCHS_DIR, discard, merge_earlier, write_delivered
 from pipeline.job.elastic import PoolController
@@ -38,7 +39,6 @@ from pipeline.job.progress import ProgressMonitor
 from pipeline.job.rundir import RunDir
 from pipeline.train.checkpoint import META_FILE
 from pipeline.train.loop import WorkerSpec, train_loop
-from pipeline.train.step import NonFiniteLossError
 
 logger = logging.getLogger(__name__)
 

@@ -25,16 +25,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from pipeline.errors import NonFiniteLossError
 from pipeline.train.task import Task
 
 
 def _untimed(name: str) -> Any:
     return contextlib.nullcontext()
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The training loss was NaN or infinite in more than ``train.max_nonfinite_steps`` steps:
-    the run diverged (status ``diverged``, exit 5)."""
 
 
 @dataclass
