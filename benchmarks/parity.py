@@ -85,8 +85,8 @@ def decoded_split(config: Path, sets: list[str], seed: int) -> dict[str, Any]:
     """The job's train and validation samples, as Feedline splits and decodes them."""
     from pipeline.config import load_config
     from pipeline.data.dataset import plan_source
-    from pipeline.data.reader import SampleReader
     from pipeline.data.split import validation_mask
+    from pipeline.data.udf.reader import SampleReader
 
     cfg = load_config(config, [*sets, f"data.seed={seed}", f"train.seed={seed}"])
     plan, spec = plan_source(cfg.data)

@@ -2,7 +2,7 @@
 
 Workers :func:`send` these to the run's inbox (:class:`pipeline.job.inbox.RunInbox`, an actor
 on the driver's node); the driver drains it while ``fit()`` runs (:mod:`pipeline.job.progress`)
-and hands the pool's pulses to its controller (:mod:`pipeline.job.elastic`)::
+and hands the pool's pulses to its controller (:mod:`pipeline.pool.controller`)::
 
     Train worker ── Started, EpochProgress, RankWait, EpochDone, ProfileTail, LinkProbe,
                     Diverged ──────────────────────────────────────────────────────────►  inbox

@@ -32,15 +32,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from pipeline.cluster.session import ray_session
-    from pipeline.collective import CollectiveConfig, classify_link, cluster
-    from pipeline.collective.bench import size_sweep  # torch: only for this command
+    from pipeline.collective import CollectiveConfig, classify_link, on_ray
+    from pipeline.collective.measure import size_sweep  # torch: only for this command
 
     console = Console()
     sizes = size_sweep(args.max_size)
     config = CollectiveConfig(backend=args.backend)
     num_cpus = max(os.cpu_count() or 1, args.workers + 1)
     with ray_session(args.address, num_cpus, dashboard=False):
-        run = cluster.run_bench(args.workers, config, sizes)
+        run = on_ray.run_bench(args.workers, config, sizes)
     peak = max((r for r in run.rows if r["op"] == "all_reduce"), key=lambda r: r["size_bytes"])
     link = classify_link(peak["busbw_GBps"], run.backend, run.topology,
                          multi_node=run.nodes > 1)

@@ -114,12 +114,12 @@ def _only(log, host: str):
 
 def _detect(address: str | None, root: str) -> list[Topology]:
     from pipeline.cluster.session import ray_session
-    from pipeline.collective import cluster
+    from pipeline.collective import on_ray
 
-    if not cluster.ray_in_use(address):
+    if not on_ray.ray_in_use(address):
         return [detect_topology(root)]
     with ray_session(address, dashboard=False):
-        return cluster.detect_on_nodes(root)
+        return on_ray.detect_on_nodes(root)
 
 
 def _node_json(topology: Topology, advice: Advice) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.config.placement import PlacementConfig
 from pipeline.errors import PlanError
 
 
@@ -78,3 +79,18 @@ def plan_resources(*, cluster_cpus: float, cluster_gpus: float, num_workers: int
             f"add CPUs to the cluster")
     return ResourcePlan(cluster_cpus=cluster_cpus, train_cpus=train_cpus, data_cpus=data_cpus,
                         data_min_cpus=need, use_gpu=gpu, gpu_reason=reason)
+
+
+def pool_cpus(placement: PlacementConfig) -> float | None:
+    """CPUs of the alive nodes a placement selects; None when it selects the whole cluster."""
+    import ray
+
+    if not placement.labels and not placement.resources:
+        return None
+    total = 0.0
+    for node in ray.nodes():
+        labels, resources = node.get("Labels") or {}, node.get("Resources") or {}
+        if (node.get("Alive") and all(labels.get(k) == v for k, v in placement.labels.items())
+                and all(k in resources for k in placement.resources)):
+            total += resources.get("CPU", 0.0)
+    return total

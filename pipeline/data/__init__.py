@@ -10,7 +10,7 @@ from typing import Any
 _WHERE = {"DataConfig": "config", "DigitsSource": "config", "ImageFolderSource": "config",
           "ParquetSource": "config", "RaySource": "config",
           "DataPlan": "dataset", "build_datasets": "dataset",
-          "plan_source": "dataset", "ReaderSpec": "reader", "SampleReader": "reader",
+          "plan_source": "dataset", "ReaderSpec": "udf.reader", "SampleReader": "udf.reader",
           "validation_mask": "split"}
 __all__ = sorted(_WHERE)
 

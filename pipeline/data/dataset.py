@@ -8,7 +8,7 @@
 
 The manifest is shuffled once with ``data.seed`` because folder listings are sorted by class,
 and a class-sorted stream makes single-class batches; every later execution of the training set
-(a streamed epoch) reads it in a fresh order (:class:`~pipeline.data.reader.EpochManifest`).
+(a streamed epoch) reads it in a fresh order (:class:`~pipeline.data.udf.reader.EpochManifest`).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from pipeline.data.config import (
     ParquetSource,
     RaySource,
 )
-from pipeline.data.reader import EpochManifest, ReaderSpec, SampleReader
 from pipeline.data.sources.base import SourcePlan
 from pipeline.data.sources.digits import plan_digits
 from pipeline.data.sources.image_folder import plan_image_folder
 from pipeline.data.sources.parquet import plan_parquet
 from pipeline.data.split import validation_mask
+from pipeline.data.udf.reader import EpochManifest, ReaderSpec, SampleReader
 
 # One preprocessing batch per block. Every streamed epoch's first batch waits for the pipeline
 # to fill: Ray Data's equal streaming_split holds about two blocks per trainer before handing
@@ -103,23 +103,19 @@ def _blocks(table: pa.Table, rows_per_block: int) -> list[pa.Table]:
 
 
 def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: Any,
-          rows_per_block: int, pulse: Any = None, reshuffle: int | None = None):
+          rows_per_block: int, pulse: Any = None, reshuffle: int | None = None,
+          compute: Any = None):
     """The decoding dataset of ``manifest``. With ``reshuffle`` (a seed) its blocks hold
     positions that each execution maps through a permutation of its own (:class:`EpochManifest`):
     every streamed epoch a fresh order across the ranks. Without, the manifest's rows in order."""
     import ray
     import ray.data
 
-    from pipeline.data.live_limits import LivePool
-
     low, high = config.concurrency
     # from_blocks, not from_arrow: the blocks' metadata is computed here, where the tables are;
     # from_arrow sends a task per block for it, which starts workers that import Ray Data
     # (~1 s of a job's start-up on 2 cores, competing with Ray Train's own start).
-    pool = (LivePool(board=pulse, cpus_per_actor=config.cpus_per_actor, min_size=low,
-                     max_size=high)  # the elastic controller's size (pipeline.job.elastic)
-            if pulse is not None and config.elastic else
-            ray.data.ActorPoolStrategy(min_size=low, max_size=high))
+    pool = compute or ray.data.ActorPoolStrategy(min_size=low, max_size=high)
     rows = None
     if reshuffle is not None:  # the manifest travels once, through the object store
         rows = EpochManifest(ray.put(manifest), reshuffle)
@@ -140,12 +136,15 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
 
 def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: Any = None,
                    source: tuple[SourcePlan, ReaderSpec] | None = None,
-                   datasets: Any = None, pulse: Any = None, reshuffle: bool = True) -> DataPlan:
+                   datasets: Any = None, pulse: Any = None, reshuffle: bool = True,
+                   decode_pool: Any = None) -> DataPlan:
     """Build the train (and validation) datasets from ``source`` (:func:`plan_source`'s result),
     planning it here when not given; a ``ray`` source takes ``datasets`` (given to
     ``pipeline.run``) or calls its function. The training set's decode actors send their busy
     time to ``pulse`` (``data.autoscale``), and each streamed epoch of it reads the samples in a
-    fresh order unless ``reshuffle`` is false (``train.deterministic``). Runs on the driver."""
+    fresh order unless ``reshuffle`` is false (``train.deterministic``); its actors are
+    ``decode_pool`` (a Ray Data compute strategy: the pool controller's, with
+    ``data.autoscale``), by default a pool within ``data.concurrency``. Runs on the driver."""
     if isinstance(config.source, RaySource):
         from pipeline.data.sources.ray_dataset import plan_ray
 
@@ -172,7 +171,8 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
                                   zip(manifest.column("id").to_numpy(), counts, strict=True)])
             is_val = validation_mask(ids, config.val_fraction, config.seed)
             num_val, train_ids = int(is_val.sum()), ids[~is_val]
-        train = _read(manifest, train_spec, config, quarantine, rows_per_block, pulse, seed)
+        train = _read(manifest, train_spec, config, quarantine, rows_per_block, pulse, seed,
+                      decode_pool)
         val = (_read(manifest, val_spec, config, quarantine, rows_per_block)
                if config.val_fraction > 0 else None)
         shape, field, num_train = (len(spec.features),), "features", total - num_val
@@ -182,7 +182,8 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
                                  config.seed)
         train_manifest = manifest.filter(pa.array(~is_val))
         val_manifest = manifest.filter(pa.array(is_val))
-        train = _read(train_manifest, spec, config, quarantine, rows_per_block, pulse, seed)
+        train = _read(train_manifest, spec, config, quarantine, rows_per_block, pulse, seed,
+                      decode_pool)
         val = (_read(val_manifest, spec, config, quarantine, rows_per_block)
                if val_manifest.num_rows else None)
         height, width = config.image_size

@@ -59,7 +59,7 @@ def write_quarantine(records: list[dict[str, Any]], path: Path) -> None:
 def check_bad_fraction(count: int, total: int, limit: float, origin: str,
                        records: list[dict[str, Any]]) -> None:
     """Raise when more than ``limit`` of all the run's samples were bad, naming the first."""
-    from pipeline.data.reader import BadSampleThresholdError, bad_fraction_message
+    from pipeline.data.udf.reader import BadSampleThresholdError, bad_fraction_message
 
     if total and count / total > limit:
         raise BadSampleThresholdError(bad_fraction_message(limit, count, total, origin, records))

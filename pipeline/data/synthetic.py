@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.sources.cache import is_complete, publish_once
+from pipeline.data.sources.publish import is_complete, publish_once
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ class RunInbox:
         return out
 
     # -- the other way: the decode pool's CPU limit, set by the driver's elastic controller and
-    # read by the process that runs the training dataset (pipeline.data.live_limits)
+    # read by the process that runs the training dataset (pipeline.pool.live_limits)
 
     _pool_cpus = float("inf")
 

@@ -1,5 +1,5 @@
-"""The network side of a job's plan, on the driver: the CPUs a placement selects, and the
-NCCL/gloo settings advised for every node (and every local rank) before the workers start."""
+"""The network side of a job's plan, on the driver: the NCCL/gloo settings advised for every
+node (and every local rank) before the workers start."""
 
 from __future__ import annotations
 
@@ -7,29 +7,13 @@ import os
 from typing import Any
 
 from pipeline.config import Config
-from pipeline.config.placement import PlacementConfig
-
-
-def pool_cpus(placement: PlacementConfig) -> float | None:
-    """CPUs of the alive nodes a placement selects; None when it selects the whole cluster."""
-    import ray
-
-    if not placement.labels and not placement.resources:
-        return None
-    total = 0.0
-    for node in ray.nodes():
-        labels, resources = node.get("Labels") or {}, node.get("Resources") or {}
-        if (node.get("Alive") and all(labels.get(k) == v for k, v in placement.labels.items())
-                and all(k in resources for k in placement.resources)):
-            total += resources.get("CPU", 0.0)
-    return total
 
 
 def nccl_advice(config: Config) -> dict[str, Any]:
     """Detect every node's network, advise NCCL/gloo settings; the env common to all nodes goes
     to the Train workers' runtime env (set before their process group starts)."""
     from pipeline.collective import advise
-    from pipeline.collective.cluster import detect_on_nodes
+    from pipeline.collective.on_ray import detect_on_nodes
     from pipeline.collective.ranks import plan_ranks
 
     advices, rank_plans = {}, {}

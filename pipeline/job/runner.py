@@ -20,23 +20,23 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from pipeline.cluster.planner import ResourcePlan, plan_resources
+from pipeline.cluster.planner import ResourcePlan, plan_resources, pool_cpus
 from pipeline.collective import choose_backend
 from pipeline.config import Config
 from pipeline.data import DataPlan, build_datasets
 from pipeline.data.accounting import account_epoch
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
-from pipeline.data.reader import ReaderSpec
 from pipeline.data.sources import SourcePlan, skipped_fields
+from pipeline.data.udf.reader import ReaderSpec
 from pipeline.errors import BadSampleThresholdError, NonFiniteLossError
 from pipeline.job.breakdown import JobClock
 from pipeline.job.delivered import EPOCHS_DIR, discard, merge_earlier, write_delivered
-from pipeline.job.elastic import PoolController
 from pipeline.job.inbox import RunInbox
-from pipeline.job.network import nccl_advice, pool_cpus
+from pipeline.job.network import nccl_advice
 from pipeline.job.outputs import sum_transfer, write_profile
 from pipeline.job.progress import ProgressMonitor
 from pipeline.job.rundir import RunDir
+from pipeline.pool.controller import PoolController
 from pipeline.train.checkpoint import META_FILE
 from pipeline.train.loop import WorkerSpec, train_loop
 
@@ -108,14 +108,14 @@ def _execution_options(config: Config, plan: ResourcePlan, data: DataPlan,
     """Each dataset's Ray Data options. Ray Data's budget is what the trainers leave: the two
     never compete for CPUs. Kept block order makes streaming_split hand every rank the same
     rows in every run. With ``data.autoscale`` the training set's CPU limit is the pool
-    controller's, read live from ``board`` (:mod:`pipeline.data.live_limits`)."""
+    controller's, read live from ``board`` (:mod:`pipeline.pool.live_limits`)."""
     from ray.data import ExecutionOptions, ExecutionResources
 
     common = {"resource_limits": ExecutionResources(cpu=plan.data_cpus),
               "preserve_order": config.train.deterministic or data.keep_order}
     options = {"train": ExecutionOptions(**common), "val": ExecutionOptions(**common)}
     if config.data.elastic:
-        from pipeline.data.live_limits import LiveLimits
+        from pipeline.pool.live_limits import LiveLimits
 
         # the controller's limit replaces the static one: preprocessing nodes may join
         options["train"] = LiveLimits(board=board, **common | {"resource_limits":
@@ -176,15 +176,21 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     → summary."""
     import ray
 
+    from pipeline.pool.live_limits import LivePool  # imports Ray Data
     from pipeline.train.task import resolve_task
 
     plan, backend, backend_reason = _resources(config, console)
     quarantine = QuarantineLog.options(**_on_this_node()).remote(config.run.name)
     reporter = RunInbox.options(**_on_this_node()).remote()
+    low, high = config.data.concurrency
     data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
                           quarantine=quarantine, source=source, datasets=datasets,
                           pulse=reporter if config.data.ours else None,
-                          reshuffle=not config.train.deterministic)
+                          reshuffle=not config.train.deterministic,
+                          # the pool controller's size (pipeline.pool.controller)
+                          decode_pool=LivePool(board=reporter, min_size=low, max_size=high,
+                                               cpus_per_actor=config.data.cpus_per_actor)
+                          if config.data.elastic else None)
     _say_data(config, data, console)
     job = Job(config=config, output=output, plan=plan, backend=backend,
               backend_reason=backend_reason, network=nccl_advice(config), data=data,

@@ -10,7 +10,7 @@ loop and by the ingest benchmark::
                   (pipeline.train.reshuffle) trained)
 
 A streamed epoch is already a fresh permutation across the ranks (Ray Data's execution reads
-the manifest in a new order, :class:`pipeline.data.reader.EpochManifest`), optionally mixed
+the manifest in a new order, :class:`pipeline.data.udf.reader.EpochManifest`), optionally mixed
 further in a window of ``data.shuffle_buffer`` rows; a replayed one is a permutation of every
 row the group cached. A streamed epoch that skips ids (a resumed one) does not record: its
 cache would lack rows.

@@ -14,9 +14,10 @@ files mapped read-only (shared memory, or the page cache of a disk cache): no co
 batch's gather, which is the one copy a permuted batch needs anyway. So a group spans one
 machine. With ``global`` and ranks on several machines, a cached row would have to cross the
 network every epoch; the training set is then not cached (:func:`global_needs_streaming`) and
-every epoch streams a fresh permutation from Ray Data (:class:`pipeline.data.reader.EpochManifest`),
-which moves the encoded files instead, as a ``DistributedSampler`` job reading shared storage
-does. ``node`` keeps the cache and never moves a row between machines.
+every epoch streams a fresh permutation from Ray Data
+(:class:`pipeline.data.udf.reader.EpochManifest`), which moves the encoded files instead, as a
+``DistributedSampler`` job reading shared storage does. ``node`` keeps the cache and never
+moves a row between machines.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def write_corpus(path: str | Path = DEFAULT_PATH, *, num_files: int = 16,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.data.sources.cache import is_complete, publish_once
+    from pipeline.data.sources.publish import is_complete, publish_once
 
     if num_files < 1:
         raise ValueError(f"num_files ({num_files}) must be >= 1")

@@ -34,9 +34,9 @@ from rich.console import Console  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from pipeline.config import load_config  # noqa: E402
-from pipeline.job.elastic import PoolController  # noqa: E402
 from pipeline.job.inbox import RunInbox  # noqa: E402
 from pipeline.messages import DecodeBusy, RankWait  # noqa: E402
+from pipeline.pool.controller import PoolController  # noqa: E402
 
 HEAD_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"  # what the provider expects
 STORE = 100 * 1024**2
@@ -149,7 +149,7 @@ def wait_for(condition, timeout: float = 90.0):
 
 
 def feed(pool: PoolController, *, wait: float, busy: float, seconds: float) -> None:
-    """Pulses shaped as a run sends them (pipeline.train.observers, pipeline.data.reader): every
+    """Pulses shaped as a run sends them (pipeline.train.observers, pipeline.data.udf.reader): every
     second, each of two ranks' wait over its steps and the decode actors' busy time."""
     end = time.time() + seconds
     while time.time() < end:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import pipeline
-from pipeline.data.reader import BadSampleThresholdError
+from pipeline.data.udf.reader import BadSampleThresholdError
 from tests.integration.test_run import QUICKSTART, write_images
 from tests.unit.data.test_bad_input import write_bomb
 

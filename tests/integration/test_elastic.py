@@ -1,6 +1,6 @@
 """The decode pool controller's two actuators on real Ray 2.60: the CPU limit a running Ray Data
-execution reads again (pipeline.data.live_limits), and Ray's autoscaler asked for preprocessing
-nodes (pipeline.job.elastic). The whole loop in a Train job runs in test_multinode.py."""
+execution reads again (pipeline.pool.live_limits), and Ray's autoscaler asked for preprocessing
+nodes (pipeline.pool.controller). The whole loop in a Train job runs in test_multinode.py."""
 
 import json
 import os
@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline.data.live_limits import POLL_S, LiveLimits, LivePool
 from pipeline.job.inbox import RunInbox
+from pipeline.pool.live_limits import POLL_S, LiveLimits, LivePool
 
 ROOT = Path(__file__).resolve().parents[2]
 

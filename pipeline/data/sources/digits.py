@@ -14,8 +14,8 @@ import numpy as np
 
 from pipeline.config import ConfigError
 from pipeline.data.sources.base import SourcePlan
-from pipeline.data.sources.cache import is_complete, publish_once
 from pipeline.data.sources.image_folder import plan_image_folder
+from pipeline.data.sources.publish import is_complete, publish_once
 
 logger = logging.getLogger(__name__)
 

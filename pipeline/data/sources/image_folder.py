@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from pipeline.config import ConfigError
 from pipeline.data.sources.base import SourcePlan
-from pipeline.data.sources.cache import MARKER
+from pipeline.data.sources.publish import MARKER
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 LAYOUT = "lay it out as ROOT/<class name>/<image file>, one sub-folder per class"

@@ -11,7 +11,7 @@ from pipeline.collective import (
     detect_topology,
     straggler_summary,
 )
-from pipeline.collective.bench import bus_factor, size_sweep
+from pipeline.collective.measure import bus_factor, size_sweep
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

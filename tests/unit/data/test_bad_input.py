@@ -15,8 +15,8 @@ from PIL import Image
 
 from pipeline.data import ReaderSpec, SampleReader
 from pipeline.data.config import DataConfig
-from pipeline.data.reader import ReadThread
-from tests.unit.data.test_reader import Sink
+from pipeline.data.udf.reader import ReadThread
+from tests.unit.data.udf.test_reader import Sink
 
 
 def write_bomb(path, width=20000, height=20000):
@@ -135,7 +135,7 @@ def test_a_read_that_never_returns_is_timed_out_and_the_actor_goes_on(image_fold
     fifo = image_folder / "cat" / "1.png"
     fifo.unlink()
     os.mkfifo(fifo)
-    monkeypatch.setattr("pipeline.data.read_images.stat.S_ISREG", lambda mode: True)
+    monkeypatch.setattr("pipeline.data.udf.read_images.stat.S_ISREG", lambda mode: True)
     sink = Sink()
     start = time.monotonic()
     try:
@@ -174,7 +174,7 @@ def test_read_thread_reraises_on_the_caller_and_keeps_serving():
 
 
 def test_any_decode_error_is_quarantined_with_its_file(image_folder, monkeypatch):
-    import pipeline.data.read_images as reader_module
+    import pipeline.data.udf.read_images as reader_module
 
     real = reader_module.to_eight_bit
 

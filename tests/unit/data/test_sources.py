@@ -16,7 +16,7 @@ from pipeline.data.sources import (
     skipped_warning,
 )
 from pipeline.data.sources.base import SKIPPED_LISTED
-from pipeline.data.sources.cache import MARKER
+from pipeline.data.sources.publish import MARKER
 from pipeline.data.synthetic import write_synthetic
 from tests.unit.data.conftest import write_folder
 

@@ -1,11 +1,11 @@
-"""The decode pool policy (pipeline.data.elastic): grow on the trainers' wait when the actors
+"""The decode pool policy (pipeline.pool.policy): grow on the trainers' wait when the actors
 are busy, shrink after an epoch nobody waited in to what its decoding needed, hold in between
 and while new actors start. The numbers are what real runs measured (examples/quickstart.yaml,
 25 ms injected per sample, 2 ranks; tests/integration/test_multinode.py runs the whole loop)."""
 
 import pytest
 
-from pipeline.data.elastic import EpochTotals, Window, decide, decide_epoch
+from pipeline.pool.policy import EpochTotals, Window, decide, decide_epoch
 
 COOLED = {"since_change_s": 60.0, "cooldown_s": 10.0}
 SETTLED = {**COOLED, "settled_s": 60.0}

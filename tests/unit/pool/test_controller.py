@@ -1,4 +1,4 @@
-"""The pool controller's view of a run (pipeline.job.elastic): windows and epoch totals from the
+"""The pool controller's view of a run (pipeline.pool.controller): windows and epoch totals from the
 pulses a real run sent (elastic_pulses.jsonl: the first 18 s of examples/quickstart.yaml with
 25 ms injected per decoded sample, one decode actor, then four). Passive (act=False), as with
 data.autoscale off: it samples and never touches Ray."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from pipeline.job.elastic import PoolController
 from pipeline.messages import RankWait, parse
+from pipeline.pool.controller import PoolController
 
 RECORDED = [parse(json.loads(x)) for x in (Path(__file__).parent / "elastic_pulses.jsonl")
             .read_text().splitlines()]

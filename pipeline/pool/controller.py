@@ -3,11 +3,11 @@
 Every rank sends its data wait about once a second (``wait`` records) and every decode actor its
 decode time (``decode`` records), both through the :class:`~pipeline.job.inbox.RunInbox` the
 progress monitor drains. Every :data:`TICK_S` the controller judges the last :data:`WINDOW_S`
-for growth (:func:`pipeline.data.elastic.decide`), and at the end of every epoch that epoch's
-totals for shrinking (:func:`~pipeline.data.elastic.decide_epoch`); on a change it
+for growth (:func:`pipeline.pool.policy.decide`), and at the end of every epoch that epoch's
+totals for shrinking (:func:`~pipeline.pool.policy.decide_epoch`); on a change it
 
 - sets the pool's CPU limit on the inbox, which the running execution reads
-  (:mod:`pipeline.data.live_limits`): Ray Data's actor autoscaler grows the pool into it;
+  (:mod:`pipeline.pool.live_limits`): Ray Data's actor autoscaler grows the pool into it;
 - asks Ray's autoscaler for preprocessing nodes when the pool outgrows the CPUs of the nodes
   ``data.placement`` selects, with bundles of that placement only (never a training node's),
   and withdraws the request once the trainers stop waiting (and at the end of the run);
@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import jsonio
+from pipeline.cluster.planner import pool_cpus
 from pipeline.data.config import DataConfig
-from pipeline.data.elastic import (
+from pipeline.messages import DecodeBusy, RankWait
+from pipeline.pool.policy import (
     CLOSED,
     GROW_WAIT,
     SHRINK_WAIT,
@@ -36,8 +38,6 @@ from pipeline.data.elastic import (
     decide,
     decide_epoch,
 )
-from pipeline.job.network import pool_cpus
-from pipeline.messages import DecodeBusy, RankWait
 
 logger = logging.getLogger(__name__)
 

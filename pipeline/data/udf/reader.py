@@ -7,9 +7,9 @@ decoded is dropped from the batch, counted, and sent to the run's quarantine wit
 its good neighbours are still delivered. A failing user transform is a bug, not a bad sample,
 and fails the run with the transform's own error.
 
-Image files are read on a helper thread with a deadline (:mod:`pipeline.data.read_images`),
-parquet row groups by :mod:`pipeline.data.read_tables`; the bad-sample errors and thresholds are
-in :mod:`pipeline.data.bad_samples` (their names are importable from here too).
+Image files are read on a helper thread with a deadline (:mod:`pipeline.data.udf.read_images`),
+parquet row groups by :mod:`pipeline.data.udf.read_tables`; the bad-sample errors and thresholds are
+in :mod:`pipeline.data.udf.bad_samples` (their names are importable from here too).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.config.callables import load_callable
-from pipeline.data.bad_samples import (
+from pipeline.data.udf.bad_samples import (
     MIN_SAMPLES_FOR_FRACTION,
     BadSample,
     Z,
@@ -31,8 +31,8 @@ from pipeline.data.bad_samples import (
     clearly_above,
     first_sources,
 )
-from pipeline.data.read_images import SPECIAL_FILES, ImageReading, ReadThread, to_eight_bit
-from pipeline.data.read_tables import TableReading
+from pipeline.data.udf.read_images import SPECIAL_FILES, ImageReading, ReadThread, to_eight_bit
+from pipeline.data.udf.read_tables import TableReading
 from pipeline.errors import BadSampleThresholdError
 from pipeline.messages import DecodeBusy, send
 
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 Batch = dict[str, np.ndarray]
 
-PULSE_S = 1.0  # an actor sends its decode time at most this often (pipeline.job.elastic)
+PULSE_S = 1.0  # an actor sends its decode time at most this often (pipeline.pool.controller)
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class SampleReader(ImageReading, TableReading):
         self.spec = spec
         self.rows = rows  # positions → this execution's manifest rows
         self.quarantine = quarantine
-        # decode time for the elastic controller (pipeline.job.elastic): a RunInbox, or None
+        # decode time for the elastic controller (pipeline.pool.controller): a RunInbox, or None
         self.pulse, self._busy, self._pushed = pulse, 0.0, time.monotonic()
         self._name = uuid.uuid4().hex[:8]
         self.seen = self.bad = self.consecutive_bad = self.longest_bad_run = 0

@@ -5,7 +5,7 @@ torchrun script); this module is the only one that talks to Ray, and it imports 
 functions so importing :mod:`pipeline.collective` never does. Detection runs as one task per
 alive node, pinned with a hard ``NodeAffinitySchedulingStrategy`` and ``num_cpus=0`` so a busy
 cluster still answers. The benchmark starts N actors that form a gloo or nccl process group
-among themselves and run :func:`pipeline.collective.bench.measure_collectives`.
+among themselves and run :func:`pipeline.collective.measure.measure_collectives`.
 
 Runs in: driver.
 """
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.collective.bench import OPS, measure_collectives
 from pipeline.collective.config import CollectiveConfig
+from pipeline.collective.measure import OPS, measure_collectives
 from pipeline.collective.process_group import init_process_group
 from pipeline.collective.topology import Topology, detect_topology
 

@@ -1,4 +1,4 @@
-"""Reading and decoding image files for :class:`~pipeline.data.reader.SampleReader`.
+"""Reading and decoding image files for :class:`~pipeline.data.udf.reader.SampleReader`.
 
 Image files are read on a helper thread with a deadline (``data.sample_timeout_s``), so a read
 that never returns (a stale network mount) is quarantined as ``timeout`` while it is still
@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.data.bad_samples import BadSample
+from pipeline.data.udf.bad_samples import BadSample
 
 if TYPE_CHECKING:
-    from pipeline.data.reader import Batch
+    from pipeline.data.udf.reader import Batch
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def to_eight_bit(img: Any, mode: str) -> Any:
 
 
 class ImageReading:
-    """Mixin of :class:`~pipeline.data.reader.SampleReader`: its image path (``spec.kind ==
+    """Mixin of :class:`~pipeline.data.udf.reader.SampleReader`: its image path (``spec.kind ==
     "image"``), on the reader's ``spec``, ``_mean``/``_std``, read thread and ``_record``."""
 
     # -- images ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Reading parquet row groups for :class:`~pipeline.data.reader.SampleReader`.
+"""Reading parquet row groups for :class:`~pipeline.data.udf.reader.SampleReader`.
 
 A row group that cannot be read makes all its rows (of this reader's split) bad samples; a row
 with a null or out-of-range label, or a NaN or infinite feature, is a bad sample of its own.
@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.data.bad_samples import BadSample
+from pipeline.data.udf.bad_samples import BadSample
 
 if TYPE_CHECKING:
-    from pipeline.data.reader import Batch
+    from pipeline.data.udf.reader import Batch
 
 
 class TableReading:
-    """Mixin of :class:`~pipeline.data.reader.SampleReader`: its table path (``spec.kind ==
+    """Mixin of :class:`~pipeline.data.udf.reader.SampleReader`: its table path (``spec.kind ==
     "table"``), on the reader's ``spec`` and ``_record``."""
 
     # -- tables ---------------------------------------------------------------------------

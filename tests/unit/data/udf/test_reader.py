@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 
 from pipeline.data import ReaderSpec, SampleReader
-from pipeline.data.reader import BadSampleThresholdError, clearly_above
 from pipeline.data.sources import plan_image_folder
+from pipeline.data.udf.reader import BadSampleThresholdError, clearly_above
 
 
 def manifest_batch(plan):
@@ -72,7 +72,7 @@ def double_labels(batch):
 def test_user_transform_runs_after_decode(image_folder):
     plan = plan_image_folder(image_folder)
     spec = ReaderSpec(kind="image", origin="t", image_size=(4, 4), channels=1,
-                      transform="tests.unit.data.test_reader:double_labels")
+                      transform="tests.unit.data.udf.test_reader:double_labels")
     assert SampleReader(spec)(manifest_batch(plan))["label"].tolist() == [0] * 4 + [2] * 4
 
 
@@ -170,8 +170,8 @@ def test_every_execution_after_the_first_reads_the_manifest_in_a_new_order(image
                                                                           monkeypatch):
     """The training set's blocks are positions; each Ray Data execution (an epoch) maps them
     through its own permutation, so a streamed epoch is a fresh order across the ranks."""
-    import pipeline.data.reader as reader_module
-    from pipeline.data.reader import EpochManifest
+    import pipeline.data.udf.reader as reader_module
+    from pipeline.data.udf.reader import EpochManifest
 
     plan = plan_image_folder(image_folder)
     rows = EpochManifest(plan.manifest, seed=7)

@@ -3,7 +3,7 @@
 Ray Data sizes an actor pool by its own queue: with the whole manifest enqueued at once it grows
 to ``data.concurrency``'s max and decodes the epoch as fast as it can into the object store,
 whether the trainers need the samples yet or not. This policy sizes it by what the trainers wait
-instead, as Cachew and Meta's DPP do. The driver's controller (:mod:`pipeline.job.elastic`)
+instead, as Cachew and Meta's DPP do. The driver's controller (:mod:`pipeline.pool.controller`)
 feeds it the slowest rank's data-wait fraction and the decode actors' busy time:
 
 - **grow**, judged every few seconds on a short window, while the slowest rank waits more than
