@@ -11,8 +11,9 @@ from pipeline.job.progress import ProgressMonitor
 
 
 def write_profile(config: Config, output: Path, monitor: ProgressMonitor, *,
-                  device: str) -> dict[str, Any]:
-    """Merge the ranks' spans, diagnose, write profile.json, timeline, plot and report."""
+                  device: str, data_cpus: float | None = None) -> dict[str, Any]:
+    """Merge the ranks' spans, diagnose, write profile.json, timeline, plot and report.
+    ``data_cpus``: what the plan gave preprocessing (the advice stays within it)."""
     from pipeline.profile import (
         combine_summaries,
         context_from_config,
@@ -30,7 +31,8 @@ def write_profile(config: Config, output: Path, monitor: ProgressMonitor, *,
                                         if rank in monitor.profile_tails else [])])
              for rank, epochs in monitor.profiles.items()}
     merged = merge_ranks(ranks)
-    context = context_from_config(config, device=device)
+    context = context_from_config(config, device=device) | (
+        {"plan.data_cpus": data_cpus} if data_cpus is not None else {})
     diagnosis = diagnose(merged, monitor.data_ops, config.profile, context)
     elapsed, throughput = 0.0, []
     for m in monitor.epoch_metrics:

@@ -219,7 +219,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         console.print(f"[yellow]link[/]: {monitor.probe['warning']}")
     if monitor.profiles:
         summary |= write_profile(config, output, monitor,
-                                 device="cuda" if job.plan.use_gpu else "cpu")
+                                 device="cuda" if job.plan.use_gpu else "cpu",
+                                 data_cpus=job.plan.data_cpus)
         console.print(f"[bold]diagnosis[/]: {summary['diagnosis']['verdict']}")
         for advice in summary["diagnosis"]["advice"]:
             console.print(f"  - {advice}")

@@ -101,7 +101,8 @@ def data_busy(data_ops: Sequence[Mapping[str, Any]], *, wall_s: float,
     """Busy share of the busiest operator: busy seconds / (its wall × ``slots``), at most 1.
 
     Every operator is measured against the preprocessing pool's ``slots`` (the
-    ``data.concurrency`` max); read tasks are usually far below it. An operator without its own
+    ``data.concurrency`` max, or the actors the plan's CPUs hold when fewer); read tasks are
+    usually far below it. An operator without its own
     ``wall_s`` is measured over ``wall_s`` (the training wall).
     """
     best: tuple[float | None, str | None] = (None, None)
@@ -128,6 +129,10 @@ def diagnose(merged: Mapping[str, Any], data_ops: Sequence[Mapping[str, Any]],
     fractions = {p: float(merged["phases"][p]["fraction"]) for p in PHASES}
     conc = context.get("data.concurrency")
     slots = conc[-1] if isinstance(conc, (list, tuple)) else (conc or 1)
+    cpus, per_actor = context.get("plan.data_cpus"), context.get("data.cpus_per_actor")
+    if isinstance(cpus, (int, float)) and isinstance(per_actor, (int, float)) and per_actor > 0:
+        # the actors that can exist: a max the plan's CPUs cannot hold has no idle slots
+        slots = min(slots, max(1, int(cpus / per_actor + 1e-9)))
     busy, operator = data_busy(data_ops, wall_s=float(training.get("wall_s", 0.0)),
                                slots=int(slots))
     facts = Facts(costs=training["costs"], fractions=fractions, training=training,

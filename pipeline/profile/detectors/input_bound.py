@@ -50,13 +50,24 @@ def detect(facts: Facts) -> Finding | None:
     low, high = (conc[0], conc[-1]) if isinstance(conc, (list, tuple)) else (None, conc)
     high, low = as_int(high), as_int(low)
     more: dict | None = None
+    budget: tuple[str, list[dict]] | None = None
     if high is not None:
         factor = min(4.0, 1.0 / max(1e-9, 1.0 - wait))
         target = max(high + 1, math.ceil(high * factor))
-        more_actors = f"raise `data.concurrency` max from {high} to {target}"
-        more = change("data.concurrency", [low if low is not None else 1, target],
-                      f"trainers waited {pct(wait)} of their step time: preprocessing delivers "
-                      f"about {pct(1 - wait)} of the rate they need, so ×{factor:.2g} actors")
+        fits = _actors_that_fit(facts)
+        if fits is not None and fits < target:
+            evidence["plan_data_cpus"], evidence["actors_that_fit"] = _data_cpus(facts), fits
+        if fits is not None and fits <= high:  # the CPUs, not the pool's max, hold it back
+            budget = _within_budget(facts, high, target, fits)
+            more_actors = budget[0]
+        else:
+            target = min(target, fits) if fits is not None else target
+            more_actors = f"raise `data.concurrency` max from {high} to {target}"
+            more = change("data.concurrency", [low if low is not None else 1, target],
+                          f"trainers waited {pct(wait)} of their step time: preprocessing "
+                          f"delivers about {pct(1 - wait)} of the rate they need, so "
+                          f"×{factor:.2g} actors" + (f" ({target} fit the plan's CPUs)"
+                                                      if fits == target else ""))
     elif current(facts, "data.source.kind") == "ray":
         more_actors = ("give your dataset's slowest map more workers (its "
                        "`map_batches(concurrency=...)`)")
@@ -71,15 +82,17 @@ def detect(facts: Facts) -> Finding | None:
                                "when the trainer asks")
     else:
         deeper = "raise `transfer.host_prefetch` (e.g. double it)"
+    grow = budget[1] if budget is not None else [more] if more is not None else []
+    nodes = "" if budget is not None else " or add CPU nodes"
     if facts.data_busy is None:
-        advice = (f"{head}; no preprocessing stats were collected → {more_actors} or add CPU "
-                  f"nodes if the preprocessing actors are saturated, otherwise {deeper}",)
-        changes = [c for c in (more, deeper_change) if c is not None]
+        advice = (f"{head}; no preprocessing stats were collected → {more_actors}{nodes} if "
+                  f"the preprocessing actors are saturated, otherwise {deeper}",)
+        changes = [*grow, *([deeper_change] if deeper_change is not None else [])]
     elif facts.data_busy >= facts.config.data_busy_fraction:
         evidence["data_saturated"] = True
         advice = (f"{head}; preprocessing actors were busy {pct(facts.data_busy)} of the time "
-                  f"→ {more_actors} or add CPU nodes",)
-        changes = [more] if more is not None else []
+                  f"→ {more_actors}{nodes}",)
+        changes = grow
     else:
         evidence["data_saturated"] = False
         advice = (f"{head} while preprocessing actors were busy only {pct(facts.data_busy)} of "
@@ -88,3 +101,52 @@ def detect(facts: Facts) -> Finding | None:
         changes = [deeper_change] if deeper_change is not None else []
     return Finding(verdict=VERDICT, share=share, evidence=evidence, advice=advice,
                    changes=tuple(changes))
+
+
+def _data_cpus(facts: Facts) -> float | None:
+    cpus = current(facts, "plan.data_cpus")
+    return float(cpus) if isinstance(cpus, (int, float)) and not isinstance(cpus, bool) else None
+
+
+def _actors_that_fit(facts: Facts) -> int | None:
+    """Decode actors the plan's preprocessing CPUs hold at ``data.cpus_per_actor``."""
+    cpus, per_actor = _data_cpus(facts), current(facts, "data.cpus_per_actor")
+    if cpus is None or not isinstance(per_actor, (int, float)) or per_actor <= 0:
+        return None
+    return max(1, math.floor(cpus / per_actor + 1e-9))
+
+
+def _within_budget(facts: Facts, high: int, target: int,
+                   fits: int) -> tuple[str, list[dict]]:
+    """When the plan's CPUs, not ``data.concurrency``'s max, hold the pool: what can work, in
+    order of expected gain (the cache when epochs decode again; more actors per CPU, which
+    helps actors that wait on I/O rather than compute; CPU nodes), as advice and changes."""
+    cpus, per_actor = _data_cpus(facts), current(facts, "data.cpus_per_actor")
+    said = (f"the plan gives preprocessing {cpus:g} CPU(s), room for {fits} actor(s) at "
+            f"`data.cpus_per_actor` {per_actor:g}, so a larger `data.concurrency` max cannot "
+            f"help")
+    remedies, changes = [], []
+    if current(facts, "data.cache") == "off" and (current(facts, "train.epochs") or 1) > 1:
+        remedies.append("set `data.cache: memory` (every epoch decodes again; cached, only "
+                        "the first does)")
+        changes.append(change("data.cache", "memory", "every epoch re-decodes its samples; the "
+                              "cache decodes once and replays the rest"))
+    # a max above what fits: room for that max is enough; at the max already: room for more
+    actors = high if high > fits else target
+    smaller = math.floor(100 * cpus / actors) / 100 if cpus else 0.0
+    if 0 < smaller < per_actor:
+        also = "" if high > fits else f" and the `data.concurrency` max to {target}"
+        remedies.append(f"if the actors wait on I/O rather than compute, set "
+                        f"`data.cpus_per_actor` to {smaller:g}{also} so {actors} fit")
+        changes.append(change("data.cpus_per_actor", smaller,
+                              f"{fits} actor(s) fit the plan's {cpus:g} preprocessing CPU(s); "
+                              f"{actors} at {smaller:g} CPU each"))
+        if high <= fits:
+            low = current(facts, "data.concurrency")[0]
+            changes.append(change("data.concurrency", [low, target],
+                                  f"{target} actors at {smaller:g} CPU each"))
+    needed = math.ceil(actors * per_actor - cpus) if cpus is not None else None
+    if needed:
+        remedies.append(f"add CPU nodes with {needed} more CPU(s) for preprocessing "
+                        f"(`data.placement`)")
+    return f"{said}: {'; or '.join(remedies)}", changes

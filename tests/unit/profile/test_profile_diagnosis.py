@@ -92,6 +92,50 @@ def test_input_bound_without_preprocessing_stats_names_both_remedies(make_ranks)
     assert d.evidence["data_busy_fraction"] is None
 
 
+# The issue-31 probe: the quickstart with a transform that waits 6 ms a row, cache off,
+# 3 epochs, on 2 cores: the plan gives preprocessing 1 CPU, an actor asks 1 CPU, and the
+# advice to raise `data.concurrency` to [1, 4] changed nothing (1.00x).
+PROBE = {**CONTEXT, "data.concurrency": [1, 4], "data.cpus_per_actor": 1.0, "data.cache": "off",
+         "train.epochs": 3, "plan.data_cpus": 1.0}
+# one actor busy 88% of the run: 22% of the max's 4 slots, but only 1 of them can exist
+BUSY_ACTOR = [{"operator": "MapBatches(SampleReader)", "rows": 1434, "busy_s": 31.7,
+               "blocked_s": 0.0, "tasks": 23, "wall_s": 36.0}]
+
+
+def test_advice_never_raises_a_pool_max_the_plans_cpus_cannot_hold(make_ranks):
+    d = run(make_ranks(2, data_wait=0.3), BUSY_ACTOR, context=PROBE)
+    assert d.verdict == "input_bound"
+    text = d.advice[0]
+    assert ("the plan gives preprocessing 1 CPU(s), room for 1 actor(s) at `data.cpus_per_actor` "
+            "1, so a larger `data.concurrency` max cannot help") in text
+    # in order of expected gain: the cache (epochs decode again), more actors per CPU, nodes
+    assert [c["key"] for c in d.changes] == ["data.cache", "data.cpus_per_actor"]
+    assert d.changes[0]["value"] == "memory"
+    assert d.changes[1]["value"] == 0.25  # the 4 actors of the max fit in the 1 CPU
+    assert "add CPU nodes with 3 more CPU(s)" in text
+    assert "data.concurrency" not in [c["key"] for c in d.changes]
+    assert d.evidence["actors_that_fit"] == 1 and d.evidence["plan_data_cpus"] == 1.0
+    assert d.evidence["data_busy_fraction"] == pytest.approx(31.7 / 36)  # not "spare capacity"
+
+
+def test_a_pool_at_its_max_and_its_cpus_gets_room_and_a_larger_max_together(make_ranks):
+    context = {**PROBE, "data.concurrency": [1, 1], "data.cache": "memory"}
+    d = run(make_ranks(2, data_wait=0.3), BUSY_ACTOR, context=context)
+    keys = [(c["key"], c["value"]) for c in d.changes]
+    target = keys[1][1][1]
+    assert keys == [("data.cpus_per_actor", math.floor(100 / target) / 100),
+                    ("data.concurrency", [1, target])]
+    assert "data.cache" not in d.advice[0]  # cached already: nothing decodes twice
+
+
+def test_a_budget_with_room_grows_the_pool_only_as_far_as_it_holds(make_ranks):
+    context = {**PROBE, "data.concurrency": [1, 2], "plan.data_cpus": 3.0}
+    two_busy = [{**BUSY_ACTOR[0], "busy_s": 2 * 31.7}]
+    d = run(make_ranks(2, data_wait=0.3), two_busy, context=context)
+    assert d.changes[0]["key"] == "data.concurrency" and d.changes[0]["value"] == [1, 3]
+    assert "raise `data.concurrency` max from 2 to 3" in d.advice[0]
+
+
 def test_transfer_bound_advises_prefetch_pinning_and_uint8(make_ranks):
     d = run(make_ranks(2, h2d=0.1))
     assert d.verdict == "transfer_bound"
