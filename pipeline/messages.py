@@ -52,11 +52,13 @@ class RankWait:
 
 @dataclass(frozen=True)
 class DecodeBusy:
-    """One decode actor's time spent decoding since its last pulse."""
+    """One decode actor's time spent decoding since its last pulse, and the CPU time it used
+    meanwhile (far less than ``busy_s``: it waited on I/O or sleeps rather than computed)."""
 
     actor: str
     busy_s: float
     t: float
+    cpu_s: float | None = None  # None: sent by a reader that did not measure it
 
 
 @dataclass(frozen=True)

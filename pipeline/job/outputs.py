@@ -31,8 +31,10 @@ def write_profile(config: Config, output: Path, monitor: ProgressMonitor, *,
                                         if rank in monitor.profile_tails else [])])
              for rank, epochs in monitor.profiles.items()}
     merged = merge_ranks(ranks)
+    share = monitor.pool.cpu_share() if monitor.pool is not None else None
     context = context_from_config(config, device=device) | (
-        {"plan.data_cpus": data_cpus} if data_cpus is not None else {})
+        {"plan.data_cpus": data_cpus} if data_cpus is not None else {}) | (
+        {"pool.decode_cpu_share": share} if share is not None else {})
     diagnosis = diagnose(merged, monitor.data_ops, config.profile, context)
     elapsed, throughput = 0.0, []
     for m in monitor.epoch_metrics:

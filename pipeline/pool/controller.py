@@ -70,6 +70,8 @@ class PoolController:
         self._pulses: deque[RankWait | DecodeBusy] = deque()
         self._epoch_waits: dict[int, list[float]] = {}  # rank → [wait s, step s] this epoch
         self._epoch_work = 0.0  # decode actor-seconds this epoch
+        # the run's decode time and the CPU time it used: waiting or computing
+        self.decode_busy_s = self.decode_cpu_s = 0.0
         self._lock = threading.Lock()
         self._changed = self._ticked = time.time()
         self._full_at: float | None = None  # when every actor the limit holds first decoded
@@ -94,6 +96,9 @@ class PoolController:
                     ended = pulse.epoch_done if len(done) == self.world_size else None
             else:
                 self._epoch_work += pulse.busy_s
+                if pulse.cpu_s is not None:
+                    self.decode_busy_s += pulse.busy_s
+                    self.decode_cpu_s += pulse.cpu_s
         if ended:  # every rank's pass is over: judged before the next epoch's pool starts
             self._done.pop(ended, None)
             self.epoch_end()
@@ -252,9 +257,16 @@ class PoolController:
             except Exception as exc:  # the run's own error, if any, is the one to see
                 logger.warning("autoscaler request not withdrawn: %s", exc)
 
+    def cpu_share(self) -> float | None:
+        """The decode actors' CPU time over their busy time: near 1 they compute (more CPUs
+        help), far below they wait on I/O or sleeps (more actors per CPU help)."""
+        return self.decode_cpu_s / self.decode_busy_s if self.decode_busy_s > 0 else None
+
     def summary(self) -> dict[str, Any]:
         return {"enabled": self.act, "range": [self.low, self.high], "final_size": self.size,
                 "max_size": max([s["target"] or 0 for s in self.samples] + [self.size]),
+                "decode_busy_s": self.decode_busy_s, "decode_cpu_s": self.decode_cpu_s,
+                "decode_cpu_share": self.cpu_share(),
                 "decisions": self.decisions, "samples": self.samples}
 
 

@@ -130,7 +130,7 @@ class SampleReader(ImageReading, TableReading):
         self.rows = rows  # positions → this execution's manifest rows
         self.quarantine = quarantine
         # decode time for the elastic controller (pipeline.pool.controller): a RunInbox, or None
-        self.pulse, self._busy, self._pushed = pulse, 0.0, time.monotonic()
+        self.pulse, self._busy, self._cpu, self._pushed = pulse, 0.0, 0.0, time.monotonic()
         self._name = uuid.uuid4().hex[:8]
         self.seen = self.bad = self.consecutive_bad = self.longest_bad_run = 0
         self.first_bad: list[dict[str, Any]] = []
@@ -172,15 +172,17 @@ class SampleReader(ImageReading, TableReading):
     def __call__(self, batch: Batch) -> Batch:
         if self.pulse is None:
             return self._convert(batch)
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.process_time()
         try:
             return self._convert(batch)
         finally:
             now = time.monotonic()
             self._busy += now - start
+            self._cpu += time.process_time() - cpu  # this process's threads (the read thread)
             if now - self._pushed >= PULSE_S:
-                send(self.pulse, DecodeBusy(actor=self._name, busy_s=self._busy, t=time.time()))
-                self._busy, self._pushed = 0.0, now
+                send(self.pulse, DecodeBusy(actor=self._name, busy_s=self._busy, t=time.time(),
+                                            cpu_s=self._cpu))
+                self._busy, self._cpu, self._pushed = 0.0, 0.0, now
 
     def _convert(self, batch: Batch) -> Batch:
         if self.rows is not None:

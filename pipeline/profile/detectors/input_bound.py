@@ -12,6 +12,12 @@ covers the wait (if trainers wait a share *w* of their step time, preprocessing 
 of the needed rate, so the pool needs ×1/(1 − *w*), at least one more actor, at most ×4 per
 try). Idle actors with waiting trainers mean batches are not ready ahead of the trainer: deeper
 prefetch.
+
+More actors only help if the plan's preprocessing CPUs (``plan.data_cpus`` in the context) hold
+them: the advice never raises a max they cannot. When the CPUs, not the max, hold the pool, it
+names what can work, in order of expected gain: the cache when epochs decode again; more actors
+per CPU when the actors wait rather than compute (their CPU time, ``pool.decode_cpu_share``,
+below :data:`WAITING_BELOW` of their busy time); CPU nodes, with the CPUs needed.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from pipeline.profile.detectors.base import (
 )
 
 VERDICT = "input_bound"
+#: decode actors whose CPU time is below this share of their busy time wait rather than compute
+WAITING_BELOW = 0.5
 
 
 def detect(facts: Facts) -> Finding | None:
@@ -44,6 +52,7 @@ def detect(facts: Facts) -> Finding | None:
     if pct(wait) != pct(share):
         head += f" ({pct(wait)} of their step time)"
     evidence = {"input_fraction": share, "input_step_fraction": wait,
+                "decode_cpu_share": current(facts, "pool.decode_cpu_share"),
                 "input_by_rank": by_rank, "slowest_input_rank": int(slowest),
                 "profile.input_bound_fraction": facts.config.input_bound_fraction}
     conc = current(facts, "data.concurrency")
@@ -134,10 +143,14 @@ def _within_budget(facts: Facts, high: int, target: int,
     # a max above what fits: room for that max is enough; at the max already: room for more
     actors = high if high > fits else target
     smaller = math.floor(100 * cpus / actors) / 100 if cpus else 0.0
-    if 0 < smaller < per_actor:
+    cpu = current(facts, "pool.decode_cpu_share")
+    computing = cpu is not None and cpu >= WAITING_BELOW
+    if 0 < smaller < per_actor and not computing:
         also = "" if high > fits else f" and the `data.concurrency` max to {target}"
-        remedies.append(f"if the actors wait on I/O rather than compute, set "
-                        f"`data.cpus_per_actor` to {smaller:g}{also} so {actors} fit")
+        why = ("if the actors wait on I/O rather than compute" if cpu is None else
+               f"the actors used {pct(cpu)} of a CPU while decoding: they wait (I/O, sleeps), so")
+        remedies.append(f"{why}, set `data.cpus_per_actor` to {smaller:g}{also} so {actors} "
+                        f"fit")
         changes.append(change("data.cpus_per_actor", smaller,
                               f"{fits} actor(s) fit the plan's {cpus:g} preprocessing CPU(s); "
                               f"{actors} at {smaller:g} CPU each"))
@@ -149,4 +162,7 @@ def _within_budget(facts: Facts, high: int, target: int,
     if needed:
         remedies.append(f"add CPU nodes with {needed} more CPU(s) for preprocessing "
                         f"(`data.placement`)")
+    if computing:
+        said += (f"; the actors used {pct(cpu)} of a CPU while decoding: they compute, so only "
+                 f"more CPUs (or decoding less) help")
     return f"{said}: {'; or '.join(remedies)}", changes

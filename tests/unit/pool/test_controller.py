@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from pipeline.messages import RankWait, parse
+from pipeline.messages import DecodeBusy, RankWait, parse
 from pipeline.pool.controller import PoolController
 
 RECORDED = [parse(json.loads(x)) for x in (Path(__file__).parent / "elastic_pulses.jsonl")
@@ -69,3 +69,12 @@ def test_epoch_totals_wait_for_every_rank(pool, T0, monkeypatch):
     pool.observe(RankWait(rank=1, wait_s=0.0, step_s=0.5, steps=1, t=T0 + 20.1,
                           epoch_done=1))
     assert judged == [True]
+
+
+def test_the_run_says_whether_its_decode_actors_waited_or_computed(pool, T0):
+    feed(pool, T0, 30)  # recorded before readers measured CPU time: no share to claim
+    assert pool.cpu_share() is None and pool.summary()["decode_cpu_share"] is None
+    for i in range(4):  # a reader waiting on storage: 0.9 s decoding, 0.05 s of it on a CPU
+        pool.observe(DecodeBusy(actor="a", busy_s=0.9, t=T0 + 31 + i, cpu_s=0.05))
+    assert pool.cpu_share() == pytest.approx(0.05 / 0.9)
+    assert pool.summary()["decode_busy_s"] == pytest.approx(3.6)

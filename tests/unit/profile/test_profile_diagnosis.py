@@ -118,6 +118,23 @@ def test_advice_never_raises_a_pool_max_the_plans_cpus_cannot_hold(make_ranks):
     assert d.evidence["data_busy_fraction"] == pytest.approx(31.7 / 36)  # not "spare capacity"
 
 
+@pytest.mark.parametrize("cpu_share", [0.06, 0.97])
+def test_waiting_actors_get_more_actors_per_cpu_and_computing_ones_more_cpus(make_ranks,
+                                                                              cpu_share):
+    # 6 ms of waiting a row against a decode of well under 1 ms: the actor used 6% of a CPU
+    d = run(make_ranks(2, data_wait=0.3), BUSY_ACTOR,
+            context={**PROBE, "pool.decode_cpu_share": cpu_share})
+    keys = [c["key"] for c in d.changes]
+    assert d.evidence["decode_cpu_share"] == cpu_share
+    if cpu_share < 0.5:
+        assert keys == ["data.cache", "data.cpus_per_actor"]
+        assert "the actors used 6% of a CPU while decoding: they wait (I/O, sleeps)" in d.advice[0]
+    else:
+        assert keys == ["data.cache"]  # more actors on the same CPU would only share it
+        assert "they compute, so only more CPUs (or decoding less) help" in d.advice[0]
+        assert "add CPU nodes with 3 more CPU(s)" in d.advice[0]
+
+
 def test_a_pool_at_its_max_and_its_cpus_gets_room_and_a_larger_max_together(make_ranks):
     context = {**PROBE, "data.concurrency": [1, 1], "data.cache": "memory"}
     d = run(make_ranks(2, data_wait=0.3), BUSY_ACTOR, context=context)
