@@ -10,11 +10,16 @@ is judged against the probe before it (``after / before`` throughput, ``NOISE`` 
 ====================================  ======  ==========================================
 after / before                        change  then
 ====================================  ======  ==========================================
-< 1 − NOISE (worse)                   revert  stop: the advice made the job slower
+< 1 − NOISE (worse)                   revert  try the next advice
 > 1 + NOISE (better)                  keep    diagnose again, try what it names next
 within noise, verdict moved on        keep    (the bottleneck it attacked is gone)
-within noise, same verdict            revert  stop: the verdict stopped improving
+within noise, same verdict            revert  try the next advice
 ====================================  ======  ==========================================
+
+After a revert the next advice comes from the reverted trial's diagnosis first (it saw the job
+with the change), then from what was named before it and not tried yet. Tuning stops only
+when no untried advice is left, at ``--max-trials``, or when the time budget cannot hold another
+probe (:func:`stop_reason`).
 
 The judged throughput is the training phase's (:attr:`Probe.judged`: samples ÷ the epochs'
 wall time — every epoch's start-up, steps, validation and checkpoints), where every change the
@@ -83,10 +88,9 @@ class Probe:
 
 @dataclass(frozen=True, kw_only=True)
 class Judgement:
-    """Whether a trial's changes stay, whether tuning goes on, and why, in one line."""
+    """Whether a trial's changes stay, and why, in one line."""
 
     keep: bool
-    stop: bool
     reason: str
 
 
@@ -159,18 +163,17 @@ def judge(before: Probe, after: Probe, *, noise: float = NOISE) -> Judgement:
     ratio = after.judged / before.judged
     moved = f"{before.verdict} → {after.verdict}"
     if ratio < 1 - noise:
-        return Judgement(keep=False, stop=True,
-                         reason=f"throughput fell to {ratio:.2f}x (below {1 - noise:.2f}x): "
-                                f"reverted, stopped")
+        return Judgement(keep=False, reason=f"throughput fell to {ratio:.2f}x (below "
+                                            f"{1 - noise:.2f}x): reverted")
     if ratio > 1 + noise:
-        return Judgement(keep=True, stop=False, reason=f"throughput {ratio:.2f}x ({moved})")
+        return Judgement(keep=True, reason=f"throughput {ratio:.2f}x ({moved})")
     if after.verdict != before.verdict and after.verdict != INCONCLUSIVE:
-        return Judgement(keep=True, stop=False,
+        return Judgement(keep=True,
                          reason=f"throughput within noise ({ratio:.2f}x) but the verdict moved "
                                 f"on ({moved})")
-    return Judgement(keep=False, stop=True,
+    return Judgement(keep=False,
                      reason=f"throughput within noise ({ratio:.2f}x) and the verdict is still "
-                            f"{after.verdict}: reverted, stopped")
+                            f"{after.verdict}: reverted")
 
 
 def _plain(value: Any) -> Any:
@@ -213,7 +216,7 @@ def stop_reason(*, trials: int, budget: Budget, elapsed_s: float,
                 probe_s: Sequence[float], pending: Sequence[Change], verdict: str) -> str | None:
     """Why tuning stops before the next trial, or None to run it."""
     if not pending:
-        return f"the diagnosis ({verdict}) names no change that was not tried already"
+        return f"no advice is left that was not tried already (the verdict: {verdict})"
     if trials >= budget.max_trials:
         return f"reached --max-trials {budget.max_trials}"
     longest = max(probe_s, default=0.0)

@@ -156,9 +156,10 @@ class Tuner:
             self.console.print(f"baseline: {current.samples_per_s:,.1f} samples/s, "
                                f"{current.verdict} ({current.seconds:.0f}s)")
             durations = [current.seconds]
+            advice = current.changes  # what the next trial picks from
             while True:
-                values = {c.key: config_value(config, c.key) for c in current.changes}
-                pending = next_changes(current.changes, values, rejected)
+                values = {c.key: config_value(config, c.key) for c in advice}
+                pending = next_changes(advice, values, rejected)
                 stopped = stop_reason(trials=len(trials), budget=self.budget,
                                       elapsed_s=self.clock() - started, probe_s=durations,
                                       pending=pending, verdict=current.verdict)
@@ -171,12 +172,13 @@ class Tuner:
                     after, after_config = self.probe(f"trial-{number}", merged(kept, pending))
                 except Exception as exc:  # recorded in tune.json and the table, then reverted
                     first = (str(exc).splitlines() or [""])[0]
-                    reason = f"probe failed ({type(exc).__name__}: {first})"
+                    reason = f"probe failed ({type(exc).__name__}: {first}): reverted"
                     logger.warning("tune trial %d (%s): %s", number, label, reason)
                     trials.append(Trial(number=number, changes=pending, before=current,
-                                        after=None, kept=False, reason=reason + ": reverted"))
-                    stopped = reason
-                    break
+                                        after=None, kept=False, reason=reason))
+                    self.console.print(f"trial {number}: {label}: {reason}")
+                    rejected.extend(pending)
+                    continue
                 durations.append(after.seconds)
                 progress.advance(task)
                 verdict = judge(current, after, noise=self.budget.noise)
@@ -185,12 +187,10 @@ class Tuner:
                 self.console.print(f"trial {number}: {label}: {verdict.reason}")
                 if verdict.keep:
                     kept = merged(kept, pending)
-                    current, config = after, after_config
+                    current, config, advice = after, after_config, after.changes
                 else:
                     rejected.extend(pending)
-                if verdict.stop:
-                    stopped = verdict.reason
-                    break
+                    advice = (*after.changes, *advice)  # the reverted trial's advice first
             progress.update(task, completed=progress.tasks[0].total)
         outcome = Outcome(baseline=baseline, trials=tuple(trials), stopped=stopped, kept=kept)
         self.write(outcome, elapsed_s=self.clock() - started)

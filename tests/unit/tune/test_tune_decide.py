@@ -1,4 +1,5 @@
-"""The tuner's decisions: keep, revert on worse, stop when the verdict stops improving, budget."""
+"""The tuner's decisions: keep what helped, revert what did not, stop when no advice or budget
+is left."""
 
 import pytest
 
@@ -49,25 +50,24 @@ def test_trials_are_judged_on_the_training_phase_not_the_fixed_start_up():
 
 def test_a_clear_gain_is_kept_and_tuning_goes_on():
     j = judge(probe(100), probe(180))
-    assert j.keep and not j.stop
+    assert j.keep
     assert "1.80x" in j.reason
 
 
 def test_a_gain_with_the_same_verdict_is_kept():
     # more actors, still input-bound but faster: keep and let the next diagnosis ask for more
     j = judge(probe(100), probe(104))
-    assert j.keep and not j.stop
+    assert j.keep
 
 
-def test_worse_beyond_noise_is_reverted_and_stops():
+def test_worse_beyond_noise_is_reverted():
     j = judge(probe(100), probe(96.9, verdict="compute_bound"))
-    assert not j.keep and j.stop
+    assert not j.keep
     assert "0.97x" in j.reason and "reverted" in j.reason
 
 
 def test_noise_band_edges():
     assert judge(probe(100), probe(97.0)).keep is False  # within noise, same verdict: no gain
-    assert judge(probe(100), probe(97.0)).stop is True
     assert judge(probe(100), probe(96.9)).reason.startswith("throughput fell")
     assert judge(probe(100), probe(103.0)).keep is False
     assert judge(probe(100), probe(103.1)).keep is True
@@ -75,21 +75,21 @@ def test_noise_band_edges():
     assert judge(probe(100), probe(95), noise=0.1).reason.startswith("throughput within noise")
 
 
-def test_verdict_that_stops_improving_stops():
+def test_a_verdict_that_stops_improving_is_reverted():
     j = judge(probe(100), probe(101))
-    assert not j.keep and j.stop
+    assert not j.keep
     assert "still input_bound" in j.reason
 
 
 def test_verdict_that_moves_on_at_equal_throughput_is_kept():
     j = judge(probe(100), probe(101, verdict="compute_bound"))
-    assert j.keep and not j.stop
+    assert j.keep
     assert "input_bound → compute_bound" in j.reason
 
 
 def test_moving_to_inconclusive_is_not_progress():
     j = judge(probe(100), probe(100, verdict="inconclusive"))
-    assert not j.keep and j.stop
+    assert not j.keep
 
 
 def test_judge_refuses_an_empty_baseline():

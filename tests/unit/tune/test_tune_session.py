@@ -71,7 +71,9 @@ def test_keeps_what_helped_reverts_what_hurt_and_writes_tuned_yaml(tmp_path, scr
     assert [t.kept for t in outcome.trials] == [True, False]
     assert outcome.kept == (more_actors(4),)
     assert outcome.final.samples_per_s == 50
-    assert outcome.stopped.startswith("throughput fell to 0.80x")
+    assert outcome.trials[1].reason.startswith("throughput fell to 0.80x")
+    # the reverted trial's diagnosis named nothing, the kept state's advice was tried
+    assert outcome.stopped.startswith("no advice is left that was not tried already")
     tuned = yaml.safe_load((tmp_path / "tune" / "tuned.yaml").read_text())
     assert tuned["data"]["concurrency"] == [1, 4]
     assert tuned["train"]["epochs"] == 2  # the user's --set stays
@@ -86,20 +88,43 @@ def test_a_trial_applies_only_the_first_change_named(tmp_path, scripted):
     deeper = Change(key="transfer.host_prefetch", value=4)
     script = scripted([Probe(samples_per_s=30, verdict="input_bound",
                              changes=(more_actors(4), deeper)),
-                       Probe(samples_per_s=20, verdict="input_bound", changes=())])
+                       Probe(samples_per_s=20, verdict="input_bound", changes=()),
+                       Probe(samples_per_s=29, verdict="input_bound", changes=())])
     outcome = tuner(tmp_path, script).run()
     assert script.calls[1] == ("trial-1", (more_actors(4),))
-    assert outcome.kept == () and len(outcome.trials) == 1
+    # a trial that did not help is reverted and the next advice tried (issue 31)
+    assert script.calls[2] == ("trial-2", (deeper,))
+    assert outcome.kept == () and len(outcome.trials) == 2
 
 
-def test_stops_when_the_verdict_stops_improving_and_keeps_nothing(tmp_path, scripted):
+def test_after_a_neutral_trial_its_own_advice_comes_first_then_the_rest(tmp_path, scripted):
+    deeper = Change(key="transfer.host_prefetch", value=4)
+    cache = Change(key="data.cache", value="memory")
+    script = scripted([
+        Probe(samples_per_s=30, verdict="input_bound", changes=(more_actors(4), deeper)),
+        Probe(samples_per_s=30.5, verdict="input_bound", changes=(cache,)),  # no gain
+        Probe(samples_per_s=30.2, verdict="input_bound", changes=()),  # the cache: no gain
+        Probe(samples_per_s=45, verdict="compute_bound", changes=()),  # deeper prefetch: kept
+    ])
+    outcome = tuner(tmp_path, script).run()
+    assert [c for _, c in script.calls[1:]] == [(more_actors(4),), (cache,), (deeper,)]
+    assert [t.kept for t in outcome.trials] == [False, False, True]
+    assert outcome.kept == (deeper,)
+    assert outcome.stopped.startswith("no advice is left")
+    assert "no change helped" not in (tmp_path / "tune" / "tuned.yaml").read_text()
+
+
+def test_stops_when_no_untried_advice_is_left_and_keeps_nothing(tmp_path, scripted):
     script = scripted([
         Probe(samples_per_s=30, verdict="input_bound", changes=(more_actors(4),)),
         Probe(samples_per_s=30.5, verdict="input_bound", changes=(more_actors(8),)),
+        Probe(samples_per_s=30.2, verdict="input_bound", changes=()),
     ])
     outcome = tuner(tmp_path, script).run()
-    assert len(outcome.trials) == 1 and outcome.kept == ()
-    assert "still input_bound" in outcome.stopped
+    assert len(outcome.trials) == 2 and outcome.kept == ()
+    assert "still input_bound" in outcome.trials[0].reason
+    assert outcome.stopped == ("no advice is left that was not tried already (the verdict: "
+                               "input_bound)")
     text = (tmp_path / "tune" / "tuned.yaml").read_text()
     assert "no change helped" in text
     assert yaml.safe_load(text)["data"]["concurrency"] == [1, 1]  # the quickstart's own value
@@ -131,7 +156,8 @@ def test_a_failed_trial_is_reverted_and_recorded(tmp_path, scripted):
     outcome = tuner(tmp_path, script).run()
     [trial] = outcome.trials
     assert trial.after is None and not trial.kept
-    assert "RuntimeError: plan refused: 64 actors need 64 CPUs" in outcome.stopped
+    assert "RuntimeError: plan refused: 64 actors need 64 CPUs" in trial.reason
+    assert outcome.stopped.startswith("no advice is left")
     report = json.loads((tmp_path / "tune" / "tune.json").read_text())
     assert report["trials"][0]["after"] is None and report["kept"] == []
 
@@ -143,7 +169,7 @@ def test_cli_prints_the_table_and_exits_0_when_nothing_helped(tmp_path, scripted
     assert code == 0
     out = capsys.readouterr().out
     assert "(baseline)" in out and "compute_bound" in out
-    assert "names no change" in out and "no change helped" in out
+    assert "no advice is left" in out and "no change helped" in out
 
 
 def test_cli_refuses_bad_budget_and_a_used_output(tmp_path, capsys):
