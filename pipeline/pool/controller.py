@@ -64,6 +64,7 @@ class PoolController:
         self.world_size = world_size
         self._done: dict[int, set[int]] = {}  # epoch → ranks whose training pass ended
         self.limit = 0.0  # the CPU limit last set on the board
+        self.capacity = float("inf")  # the CPUs the pool can have now (its nodes')
         self.samples: list[dict[str, Any]] = []  # every tick: t, target, actors, wait, busy
         self.decisions: list[dict[str, Any]] = []
         self.requested: int = 0  # CPU bundles asked of Ray's autoscaler now
@@ -185,6 +186,13 @@ class PoolController:
                   "action": decision.action, "reason": decision.reason}
         self.size, self._changed = decision.size, now
         self._publish()
+        per_actor = self.config.cpus_per_actor
+        holds = max(1, int(self.capacity / per_actor + 1e-9))
+        if decision.size > holds:  # the CPUs, not the pool's max, hold it back: say so
+            record["held_by_cpus"] = holds
+            record["reason"] += (f"; but the {self.capacity:g} CPU(s) it can have hold only "
+                                 f"{holds} actor(s) at data.cpus_per_actor {per_actor:g} "
+                                 f"(the diagnosis says what can work)")
         self._record(record)
 
     def _record(self, record: dict[str, Any]) -> None:
@@ -206,6 +214,7 @@ class PoolController:
         capacity = pool_cpus(self.config.placement)
         if capacity is None:
             capacity = ray.cluster_resources().get("CPU", 0.0) - self.train_cpus
+        self.capacity = capacity
         limit = max(self.config.cpus_per_actor,
                     min(self.size * self.config.cpus_per_actor, capacity))
         if limit != self.limit:

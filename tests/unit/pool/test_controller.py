@@ -7,6 +7,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -78,3 +79,26 @@ def test_the_run_says_whether_its_decode_actors_waited_or_computed(pool, T0):
         pool.observe(DecodeBusy(actor="a", busy_s=0.9, t=T0 + 31 + i, cpu_s=0.05))
     assert pool.cpu_share() == pytest.approx(0.05 / 0.9)
     assert pool.summary()["decode_busy_s"] == pytest.approx(3.6)
+
+
+def test_a_grow_the_cpus_cannot_hold_says_so(tmp_path, T0, monkeypatch):
+    """The issue-31 probe: 1 CPU for preprocessing at 1 CPU an actor; the pool "grew" 1 -> 4
+    and nothing changed, without a word that the CPUs, not its max, held it."""
+    import pipeline.pool.controller as controller
+    from pipeline.pool.policy import Decision
+
+    monkeypatch.setattr(controller, "pool_cpus", lambda placement: 1.0)
+    config = load_config({"data": {"concurrency": [1, 4], "cpus_per_actor": 1,
+                                   "placement": {"labels": {"role": "pre"}}}}).data
+    limits = []
+    board = SimpleNamespace(set_pool_cpus=SimpleNamespace(remote=limits.append))
+    pool = PoolController(config, board=board, run="t", metrics_path=tmp_path / "m.jsonl",
+                          console=Quiet(), world_size=2, act=True)
+    pool._change(Decision(4, "grow", "1 actor(s) deliver 4% of the demand"), T0,
+                 wait=0.96, busy=0.88, actors=1)
+    [record] = pool.decisions
+    assert record["held_by_cpus"] == 1 and limits[-1] == 1.0
+    assert record["reason"].endswith("but the 1 CPU(s) it can have hold only 1 actor(s) at "
+                                     "data.cpus_per_actor 1 (the diagnosis says what can work)")
+    [line] = (tmp_path / "m.jsonl").read_text().splitlines()
+    assert json.loads(line)["held_by_cpus"] == 1
