@@ -28,7 +28,7 @@ from pipeline.data.accounting import account_epoch
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
 from pipeline.data.sources import SourcePlan, skipped_fields
 from pipeline.data.udf.reader import ReaderSpec
-from pipeline.errors import BadSampleThresholdError, NonFiniteLossError
+from pipeline.errors import BadSampleThresholdError, ConfigError, NonFiniteLossError
 from pipeline.job.breakdown import JobClock
 from pipeline.job.delivered import EPOCHS_DIR, discard, merge_earlier, write_delivered
 from pipeline.job.inbox import RunInbox
@@ -133,9 +133,34 @@ def last_checkpoint(output: Path) -> dict[str, Any] | None:
     if not latest:
         return None
     path = snapshot.parent / latest["checkpoint_dir_name"]
+    check_checkpoint(path, f"run.output ({str(output)!r})")
     meta = json.loads((path / META_FILE).read_text())
     return {"path": str(path), "epoch": meta["epoch"], "step": meta["step"],
             "task": meta.get("task")}
+
+
+def check_checkpoint(path: Path, where: str) -> None:
+    """Refuse, before Ray starts, a checkpoint a resume would die on in the workers: a
+    ``meta.json`` that is not the JSON a checkpoint writes, a ``model.pt`` torch cannot open."""
+    import torch
+
+    from pipeline.train.checkpoint import STATE_FILE
+
+    remedy = (f"remove {path} to resume from the checkpoint before it, or choose another "
+              f"run.output")
+    try:
+        meta = json.loads((path / META_FILE).read_text())
+        if not isinstance(meta, dict) or not {"epoch", "step"} <= meta.keys():
+            raise ValueError("no epoch and step in it")
+    except (OSError, ValueError) as exc:
+        raise ConfigError([f"{where}: the checkpoint to resume from is damaged: "
+                           f"{path / META_FILE}: {exc}; {remedy}"]) from None
+    try:  # mmap: the file's structure is checked, its tensors are not read
+        torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged file
+        raise ConfigError([f"{where}: the checkpoint to resume from is damaged: "
+                           f"{path / STATE_FILE}: {type(exc).__name__}: {exc}; "
+                           f"{remedy}"]) from None
 
 
 def _exactly_once(accounting: list[dict[str, Any]], epochs: int) -> bool | None:

@@ -68,8 +68,16 @@ def state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: A
 def restore(saved: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             scheduler: Any = None) -> Resume:
     """Load a :func:`state` into the model, optimizer and scheduler; where to pick up."""
-    model.load_state_dict(saved["model"])
-    optimizer.load_state_dict(saved["optimizer"])
+    try:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        first = " ".join(line.strip() for line in str(exc).strip().splitlines()[:2]) or (
+            type(exc).__name__)
+        raise ValueError(
+            f"the checkpoint does not fit this run's model or optimizer ({first}): "
+            f"train.model, the task's build_model or configure_optimizer changed since it was "
+            f"saved; resume with the ones it was made with, or start a new run.output") from exc
     if scheduler is not None:
         if "scheduler" in saved:
             scheduler.load_state_dict(saved["scheduler"])

@@ -26,7 +26,14 @@ import torch.distributed as dist
 from torch import nn
 
 from pipeline.errors import NonFiniteLossError
-from pipeline.train.task import Task
+from pipeline.train.task import Task, task_name
+
+
+def _not_a_loss(task: Any, loss: Any) -> str:
+    what = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
+            else type(loss).__name__)
+    return (f"{task_name(task)}.loss returned {what}; it must return one number to minimise: "
+            f"reduce it (e.g. .mean() over the batch)")
 
 
 def _untimed(name: str) -> Any:
@@ -96,6 +103,8 @@ class Stepper:
                     batch = transform(batch)
                 with self.autocast():
                     loss = self.task.loss(self.ddp, batch)
+                if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                    raise ValueError(_not_a_loss(self.task, loss))
             with span("backward"):
                 self.backward(loss)
         if last:

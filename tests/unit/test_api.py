@@ -170,6 +170,9 @@ def test_a_resume_trains_the_task_its_checkpoints_were_made_by(tmp_path):
 
     checkpoint = tmp_path / "ray" / "train" / "checkpoint_1"
     checkpoint.mkdir(parents=True)
+    import torch
+
+    torch.save({"model": {}}, checkpoint / "model.pt")
     (checkpoint / "meta.json").write_text(json.dumps(
         {"task": "tests.unit.train.tasks.WeightedSumTask", "epoch": 1, "step": 0}))
     (tmp_path / "ray" / "train" / "checkpoint_manager_snapshot.json").write_text(json.dumps(
@@ -197,3 +200,26 @@ def test_a_resume_with_changed_settings_keeps_each_segments_config_and_says_what
     assert yaml.safe_load((tmp_path / "config-1.yaml").read_text()) == first
     assert yaml.safe_load((tmp_path / "config-2.yaml").read_text()) == second
     assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == third
+
+
+@pytest.mark.parametrize("damage", ["meta", "model"])
+def test_a_damaged_checkpoint_is_refused_before_ray_starts(tmp_path, damage):
+    import torch
+
+    checkpoint = tmp_path / "ray" / "train" / "checkpoint_1"
+    checkpoint.mkdir(parents=True)
+    model = torch.nn.Linear(2, 2)
+    torch.save({"model": model.state_dict()}, checkpoint / "model.pt")
+    (checkpoint / "meta.json").write_text(json.dumps({"epoch": 1, "step": 0}))
+    if damage == "meta":
+        (checkpoint / "meta.json").write_text("")
+    else:
+        (checkpoint / "model.pt").write_bytes((checkpoint / "model.pt").read_bytes()[:100])
+    (tmp_path / "ray" / "train" / "checkpoint_manager_snapshot.json").write_text(json.dumps(
+        {"latest_checkpoint_result": {"checkpoint_dir_name": "checkpoint_1"}}))
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "stopped", "signal": "SIGINT"}))
+    name = "meta.json" if damage == "meta" else "model.pt"
+    with pytest.raises(ConfigError, match=rf"the checkpoint to resume from is damaged: "
+                                          rf".*checkpoint_1/{name}: .*; remove .*checkpoint_1 "
+                                          rf"to resume from the checkpoint before it"):
+        pipeline.run(QUICKSTART, sets=[f"run.output={tmp_path}"])  # ray.init raises here

@@ -246,3 +246,27 @@ def test_the_custom_task_example_trains_through_the_loop():
     metrics = task_metrics(task, totals, reserved={"samples"})
     assert metrics["val_samples"] == 16
     assert metrics["val_accuracy"] <= metrics["val_top2_accuracy"] <= 1.0
+
+
+def test_a_loss_that_is_not_one_number_names_the_task_and_the_remedy():
+    class PerSample(ClassificationTask):
+        def loss(self, model, batch):
+            return torch.nn.functional.cross_entropy(model(batch["features"]), batch["label"],
+                                                     reduction="none")
+
+    with pytest.raises(ValueError, match=r"PerSample.loss returned a tensor of shape \(5,\); it "
+                                         r"must return one number to minimise: reduce it"):
+        run_epoch(spec(PerSample(), model="mlp"), batches([5]))
+
+
+def test_a_checkpoint_of_another_model_says_what_changed_and_what_to_do():
+    from pipeline.train import checkpoint
+
+    small = torch.nn.Linear(4, 3)
+    saved = checkpoint.state(small, torch.optim.SGD(small.parameters(), lr=0.1), None,
+                             epoch=1, step=0, consumed=np.empty(0, np.int64))
+    bigger = torch.nn.Linear(4, 5)
+    with pytest.raises(ValueError, match=r"the checkpoint does not fit this run's model or "
+                                         r"optimizer \(.*size mismatch.*\): train.model, the "
+                                         r"task's build_model or configure_optimizer changed"):
+        checkpoint.restore(saved, bigger, torch.optim.SGD(bigger.parameters(), lr=0.1))
