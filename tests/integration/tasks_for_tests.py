@@ -97,3 +97,29 @@ class DivergingTask(ClassificationTask):
         self.steps += 1
         loss = super().loss(model, batch)
         return loss * float("nan") if self.steps > self.after else loss
+
+
+def _ragged(batch):
+    import numpy as np
+
+    x = np.empty(len(batch["x"]), dtype=object)
+    for i, row in enumerate(batch["x"]):
+        x[i] = row[: 2 + i % 2]  # rows of 2 and 3 features
+    return {"x": x, "label": batch["label"]}
+
+
+def _fails_on_row_7(batch):
+    if 7 in batch["x"][:, 0]:
+        raise ValueError("cannot parse row 7: 'n/a' is not a number")
+    return batch
+
+
+def broken_rows(path, how):
+    """:func:`position_rows` broken as users break theirs: ``ragged`` rows, ``empty`` (a filter
+    that drops every row), or a map that ``raises`` on one row."""
+    ds = position_rows(path)
+    if how == "ragged":
+        return ds.map_batches(_ragged, batch_format="numpy")
+    if how == "empty":
+        return ds.filter(lambda row: row["label"] > 5)
+    return ds.map_batches(_fails_on_row_7, batch_format="numpy")

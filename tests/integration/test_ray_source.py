@@ -14,6 +14,7 @@ import pipeline
 from pipeline.config import ConfigError
 from tests.integration.tasks_for_tests import (
     PositionTask,
+    broken_rows,
     narrower_rows,
     position_rows,
     write_position_rows,
@@ -71,6 +72,26 @@ def test_a_validation_set_of_another_shape_is_refused_before_training(ray_cluste
     assert not (out / "ray" / "train").exists()  # found while planning: no worker started
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and "ConfigError" in summary["error"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how,said", [
+    ("ragged", "column 'x' holds rows of different shapes"),
+    ("empty", "the training dataset has no rows (and so no columns)"),
+    ("raises", "your dataset failed in MapBatches(_fails_on_row_7) while Feedline was reading "
+               "the training dataset's columns (planning, before any training): ValueError: "
+               "cannot parse row 7: 'n/a' is not a number. Fix that function"),
+], ids=["ragged", "empty", "raises"])
+def test_a_broken_dataset_is_refused_with_what_to_fix(ray_cluster, tmp_path, how, said):
+    write_position_rows(tmp_path / "rows", files=1, rows=20)
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError) as refused:
+        pipeline.run(QUICKSTART, show_progress=False, task=PositionTask(),
+                     datasets=broken_rows(str(tmp_path / "rows"), how),
+                     sets=[f"run.output={out}"])
+    assert said in str(refused.value), str(refused.value)
+    assert "Traceback" not in str(refused.value)
+    assert not (out / "ray" / "train").exists()
 
 
 @pytest.mark.timeout(300)

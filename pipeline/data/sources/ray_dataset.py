@@ -29,6 +29,7 @@ source can (parquet), but a dataset with its own maps runs them once more for th
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -115,7 +116,7 @@ def with_ids(ds: Any, val: bool = False) -> Any:
     ``VAL_IDS`` for a validation dataset)."""
     import ray.data
 
-    schema = ds.schema()
+    schema = _schema(ds, "validation" if val else "training")
     if "id" in schema.names:
         kind = schema.types[schema.names.index("id")]
         if not pa.types.is_integer(kind):
@@ -157,11 +158,45 @@ def _input(source: RaySource, names: list[str]) -> str:
     return rest[0]
 
 
+def _schema(ds: Any, which: str) -> Any:
+    """``ds``'s schema (Ray Data runs the dataset's first block for it), or a ConfigError for
+    an empty dataset or a map of the user's that fails."""
+    schema = _planning(lambda: ds.schema(), f"reading the {which} dataset's columns")
+    if schema is None:
+        raise ConfigError([f"{FIELD}: the {which} dataset has no rows (and so no columns); "
+                           f"check the files it reads and the filters that may empty it"])
+    return schema
+
+
+def _planning(step: Any, doing: str) -> Any:
+    """``step()``; a user's map that raises while Feedline plans becomes one ConfigError that
+    names the function and its error, instead of Ray's traceback."""
+    try:
+        return step()
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the user's code raised, through Ray
+        ops = re.findall(r"\b((?:Map|MapBatches|FlatMap|Filter)\([^()]*\))", str(exc))
+        where = f" in {ops[-1]}" if ops else ""
+        # Ray wraps the user's error (UserCodeException, RayTaskError); its traceback text
+        # keeps the original's last line
+        raised = [m for m in re.findall(r"^(\w+(?:Error|Exception)): (.+)$", str(exc), re.M)
+                  if m[0] not in ("UserCodeException", "RayTaskError")]
+        kind, said = raised[-1] if raised else (type(exc).__name__,
+                                                (str(exc).splitlines() or [""])[0])
+        raise ConfigError([f"{FIELD}: your dataset failed{where} while Feedline was {doing} "
+                           f"(planning, before any training): {kind}: {said.strip()}. "
+                           f"Fix that function, or have it drop the rows it cannot handle "
+                           f"(Feedline's own readers skip, count and quarantine bad samples)"]
+                          ) from None
+
+
 def _same_rows(train: Any, val: Any, names: list[str]) -> None:
     """Refuse, before any training, a validation dataset whose rows the task could not read as
     it reads the training rows: a column missing, or of another type or shape."""
-    theirs = dict(zip(val.schema().names, val.schema().types, strict=True))
-    ours = dict(zip(train.schema().names, train.schema().types, strict=True))
+    theirs_schema, ours_schema = _schema(val, "validation"), _schema(train, "training")
+    theirs = dict(zip(theirs_schema.names, theirs_schema.types, strict=True))
+    ours = dict(zip(ours_schema.names, ours_schema.types, strict=True))
     errors = [f"{FIELD}: the validation dataset has no {n!r} column (the training dataset's "
               f"is {ours[n]}); give both datasets the same columns"
               for n in names if n not in theirs]
@@ -174,10 +209,14 @@ def _same_rows(train: Any, val: Any, names: list[str]) -> None:
 
 def row_shapes(ds: Any) -> dict[str, tuple[tuple[int, ...], int]]:
     """``column -> (per-row shape, bytes per row)`` from the dataset's schema."""
-    schema = ds.schema()
+    schema = _schema(ds, "training")
     out = {}
     for name, kind in zip(schema.names, schema.types, strict=True):
         shape = tuple(getattr(kind, "shape", ()) or ())  # Ray's tensor columns have one
+        if any(d is None for d in shape) or "VariableShaped" in type(kind).__name__:
+            raise ConfigError([f"{FIELD}: column {name!r} holds rows of different shapes "
+                               f"({kind}); pad or crop every row to one shape in your "
+                               f"map_batches (a batch is one tensor per column)"])
         # Ray's tensor types name their element type ``scalar_type`` or (2.60's V2) ``value_type``
         scalar = getattr(kind, "scalar_type", None) or getattr(kind, "value_type", None) or kind
         dtype = np.dtype(scalar.to_pandas_dtype() if isinstance(scalar, pa.DataType) else scalar)
@@ -197,13 +236,13 @@ def plan_ray(config: DataConfig, given: Any = None) -> dict[str, Any]:
     shapes = row_shapes(train)
     field = _input(source, list(shapes))
     wanted = ["id", *(["label"] if "label" in shapes else [])]
-    seen = _columns(train, wanted)
+    seen = _planning(lambda: _columns(train, wanted), "counting its rows")
     ids = seen["id"]
     if "val" in datasets:
         val = with_ids(datasets["val"], val=True)
         _same_rows(train, val, [field, *(["label"] if "label" in shapes else [])])
         numbered = numbered or val is not datasets["val"]
-        train_ids, num_val = ids, val.count()
+        train_ids, num_val = ids, _planning(val.count, "counting the validation rows")
     elif config.val_fraction > 0:
         is_val = validation_mask(ids, config.val_fraction, config.seed)
         train_ids, num_val = ids[~is_val], int(is_val.sum())
