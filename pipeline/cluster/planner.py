@@ -3,6 +3,11 @@
 Ray Train workers hold their CPUs for the whole run. If they take every CPU, Ray Data's actors
 can never start and ``fit()`` waits forever: the classic hang. This pure function decides before
 ``fit()`` and says which number to change.
+
+Memory is checked first: every Train worker and decode actor is a process with its own resident
+memory (torch, Ray, the feeder's buffers), and a plan whose processes outgrow the nodes' memory
+has Ray's memory monitor kill workers minutes into the run. So a remedy the planner prints (fewer
+CPUs per worker, for instance) never leads to a plan the memory cannot hold.
 """
 
 from __future__ import annotations
@@ -11,6 +16,14 @@ from dataclasses import dataclass
 
 from pipeline.config.placement import PlacementConfig
 from pipeline.errors import PlanError
+
+GIB = 1 << 30
+#: resident memory of one Train worker while it trains (measured here: 360 MiB once torch, Ray
+#: and the loop are imported, before the model, DDP's buckets and the feeder's batches)
+WORKER_BYTES = 0.6 * GIB
+#: resident memory of one decode actor (measured here: 170 MiB once Ray Data, pyarrow and
+#: Pillow are imported, before its blocks)
+ACTOR_BYTES = 0.3 * GIB
 
 
 @dataclass(frozen=True)
@@ -31,13 +44,18 @@ class ResourcePlan:
 def plan_resources(*, cluster_cpus: float, cluster_gpus: float, num_workers: int,
                    cpus_per_worker: float, use_gpu: bool | str, data_min_actors: int,
                    cpus_per_actor: float, data_pool_cpus: float | None = None,
-                   train_pool_cpus: float | None = None) -> ResourcePlan:
+                   train_pool_cpus: float | None = None,
+                   cluster_memory: float | None = None) -> ResourcePlan:
     """Split the cluster between Train workers and preprocessing, or raise :class:`PlanError`.
 
     ``data_pool_cpus`` / ``train_pool_cpus`` are the CPUs of the nodes each stage's placement
     selects (None: the whole cluster). When both are given the stages live on separate nodes
-    and training CPUs are not taken out of preprocessing's budget.
+    and training CPUs are not taken out of preprocessing's budget. ``cluster_memory`` is the
+    memory Ray gives processes (its ``memory`` resource: the nodes' memory beside the object
+    store); None skips the memory check.
     """
+    if cluster_memory is not None:
+        _check_memory(cluster_memory, num_workers, data_min_actors)
     if use_gpu == "auto":
         gpu = cluster_gpus >= num_workers > 0 and cluster_gpus > 0
         reason = (f"auto: cluster has {cluster_gpus:g} GPU(s) for {num_workers} worker(s)"
@@ -79,6 +97,21 @@ def plan_resources(*, cluster_cpus: float, cluster_gpus: float, num_workers: int
             f"add CPUs to the cluster")
     return ResourcePlan(cluster_cpus=cluster_cpus, train_cpus=train_cpus, data_cpus=data_cpus,
                         data_min_cpus=need, use_gpu=gpu, gpu_reason=reason)
+
+
+def _check_memory(memory: float, num_workers: int, actors: int) -> None:
+    need = num_workers * WORKER_BYTES + actors * ACTOR_BYTES
+    if need <= memory:
+        return
+    fit = int((memory - actors * ACTOR_BYTES) // WORKER_BYTES)
+    fix = (f"lower train.num_workers to {fit} or less, or add nodes" if fit >= 1
+           else "add nodes with more memory")
+    raise PlanError(f"plan needs about {need / GIB:.1f} GiB of memory: train.num_workers "
+                    f"({num_workers}) x ~{WORKER_BYTES / GIB:.1f} GiB per Train worker + "
+                    f"data.concurrency min ({actors}) x ~{ACTOR_BYTES / GIB:.1f} GiB per decode "
+                    f"actor, but the cluster has {memory / GIB:.1f} GiB for processes (beside "
+                    f"Ray's object store); Ray would kill workers once they outgrow it. To fix: "
+                    f"{fix}")
 
 
 def pool_cpus(placement: PlacementConfig) -> float | None:

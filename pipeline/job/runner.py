@@ -273,7 +273,8 @@ def _resources(config: Config, console: Console) -> tuple[ResourcePlan, str, str
         use_gpu=config.train.use_gpu, data_min_actors=config.data.concurrency[0],
         cpus_per_actor=config.data.cpus_per_actor,
         data_pool_cpus=pool_cpus(config.data.placement),
-        train_pool_cpus=pool_cpus(config.train.placement))
+        train_pool_cpus=pool_cpus(config.train.placement),
+        cluster_memory=resources.get("memory"))
     backend, reason = choose_backend(config.collective, plan.use_gpu)
     console.print(f"[bold]plan[/]: {plan.train_cpus:g} CPUs for {config.train.num_workers} Train "
                   f"workers, {plan.data_cpus:g} for preprocessing; {plan.gpu_reason}; "

@@ -64,3 +64,32 @@ def test_pool_too_small_names_the_placement():
 def test_only_data_placed_still_subtracts_training():
     # Train workers may land on the preprocessing nodes, so their CPUs are not preprocessing's.
     assert plan(data_pool_cpus=4).data_cpus == 2
+
+
+GIB = 1 << 30
+
+
+def test_a_plan_whose_processes_outgrow_the_memory_is_refused_with_the_number_to_change():
+    # the issue-30 probe on this machine: 2 CPUs, ~16 GiB for processes, 64 workers
+    with pytest.raises(PlanError) as info:
+        plan(cluster_cpus=2, num_workers=64, cpus_per_worker=0.016, cluster_memory=16 * GIB)
+    message = str(info.value)
+    assert message.startswith("plan needs about 38.7 GiB of memory: train.num_workers (64) x "
+                              "~0.6 GiB per Train worker + data.concurrency min (1) x ~0.3 GiB")
+    assert "the cluster has 16.0 GiB for processes" in message
+    assert message.endswith("To fix: lower train.num_workers to 26 or less, or add nodes")
+    # the remedy leads to a plan the planner accepts (with CPUs left for preprocessing)
+    assert plan(cluster_cpus=2, num_workers=26, cpus_per_worker=0.03,
+                cluster_memory=16 * GIB).data_cpus > 1
+
+
+def test_the_cpu_remedy_is_only_offered_for_a_plan_the_memory_holds():
+    with pytest.raises(PlanError, match="of memory"):  # memory first, not "lower cpus_per_worker"
+        plan(cluster_cpus=2, num_workers=64, cpus_per_worker=1, cluster_memory=16 * GIB)
+    with pytest.raises(PlanError, match="lower train.cpus_per_worker to 0.5 or less"):
+        plan(cluster_cpus=2, num_workers=2, cpus_per_worker=1, cluster_memory=16 * GIB)
+
+
+def test_no_memory_left_even_for_one_worker_asks_for_nodes():
+    with pytest.raises(PlanError, match="To fix: add nodes with more memory"):
+        plan(cluster_memory=0.5 * GIB)
