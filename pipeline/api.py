@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from pipeline.cluster.stop import received
+from pipeline.cluster.stop import at_once, received
 from pipeline.config import Config, ConfigError, load_config, to_dict
 from pipeline.data import ReaderSpec, plan_source
 from pipeline.data.sources import SourcePlan, skipped_warning
@@ -138,7 +138,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
         clock.mark("entered")
         address, summary = None, None
         try:
-            with (nullcontext() if ray_logs else ray_driver_log(out / "ray-driver.log")), \
+            with at_once(rundir.write_stopped_at_once), \
+                    (nullcontext() if ray_logs else ray_driver_log(out / "ray-driver.log")), \
                     ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
                                 connect_timeout_s=cfg.run.connect_timeout_s,
                                 allocator=cfg.run.allocator, log_to_driver=ray_logs) as session:

@@ -5,8 +5,10 @@ The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread wher
 unwinds stops what it started on the way out: the Train run (``pipeline.job.runner``), the Ray it
 started (``ray_session``); ``pipeline.run`` then writes ``summary.json`` with ``status:
 stopped`` and raises :class:`RunStopped`, and ``pipeline run`` exits 128 + the signal number
-(130, 143). A second signal stops at once: the process exits, and the watchdog of a local Ray
-it started (:mod:`pipeline.cluster.watchdog`) stops that Ray's processes within seconds.
+(130, 143). A second signal stops at once: the last words registered with :func:`at_once` run
+(``pipeline.run`` marks ``summary.json`` stopped, so it never stays ``running`` with a dead pid),
+the process exits, and the watchdog of a local Ray it started (:mod:`pipeline.cluster.watchdog`)
+stops that Ray's processes within seconds.
 
 Why ``KeyboardInterrupt`` for both signals: the main thread mostly waits in ``ray.get``, and
 Ray turns only a ``KeyboardInterrupt`` raised by a signal handler into an interrupted get (any
@@ -21,11 +23,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 _received: list[int] = []  # the signals of this run's stop, in order
+_last_words: list[Callable[[int], None]] = []  # run when a second signal stops at once
 
 
 def received() -> int | None:
@@ -50,7 +53,23 @@ def _on_signal(signum: int, frame: Any) -> None:
         _stopping(signum)
         raise KeyboardInterrupt
     _say(f"\n{signal.Signals(signum).name} again: stopping now\n")
+    for words in _last_words:
+        try:
+            words(signum)
+        except BaseException as exc:  # noqa: BLE001 - exiting regardless
+            _say(f"could not record the stop: {type(exc).__name__}: {exc}\n")
     os._exit(128 + signum)  # a local Ray's watchdog (pipeline.cluster.watchdog) stops its processes
+
+
+@contextmanager
+def at_once(words: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, ``words(signum)`` runs if a second signal stops the process at once
+    (in the signal handler: keep it short, files only)."""
+    _last_words.append(words)
+    try:
+        yield
+    finally:
+        _last_words.remove(words)
 
 
 @contextmanager

@@ -141,6 +141,20 @@ class RunDir:
             "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "resume": resume})
 
+    def write_stopped_at_once(self, signum: int) -> None:
+        """A second signal stops the process at once (in its signal handler): a summary that
+        still says ``running`` says ``stopped``, with how, so no rerun meets a dead pid."""
+        import signal
+
+        summary = self.read_summary()
+        if summary is None or summary.get("status") != "running":
+            return
+        name = signal.Signals(signum).name
+        self.write_summary(summary | {
+            "status": "stopped", "signal": name,
+            "error": f"stopped at once by a second {name}, before the stop finished; the last "
+                     f"checkpoint is kept and a rerun into this folder resumes from it"})
+
     def _unreadable(self) -> str:
         try:
             json.loads(self.summary_path.read_text())

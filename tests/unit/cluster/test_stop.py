@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM stop a run through one path; a second one exits at once; the command a
 stopped run prints resumes it (real signals to this process or a child; no Ray)."""
 
+import json
 import os
 import shlex
 import signal
@@ -69,6 +70,33 @@ with stop_on_signals():
     assert out.stdout == "stopping\n"
     assert "SIGINT: stopping the run" in out.stderr and "Ctrl-C again stops at once" in out.stderr
     assert "SIGINT again: stopping now" in out.stderr
+
+
+def test_a_second_sigterm_leaves_no_running_summary_with_a_dead_pid(tmp_path):
+    """The stop's cleanup hangs, a second SIGTERM ends the process: its summary.json says
+    stopped and how, not running with a pid that is gone."""
+    script = f"""
+import os, signal, time
+from pathlib import Path
+from pipeline.cluster.stop import at_once, stop_on_signals
+from pipeline.job.rundir import RunDir
+run = RunDir(Path({str(tmp_path)!r}))
+run.write_running("job", 3, "pipeline run job.yaml --output {tmp_path}")
+with stop_on_signals(), at_once(run.write_stopped_at_once):
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        os.kill(os.getpid(), signal.SIGTERM)  # the cleanup hangs; SIGTERM again
+        time.sleep(60)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.returncode == 143, out.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["signal"] == "SIGTERM"
+    assert summary["error"].startswith("stopped at once by a second SIGTERM")
+    assert summary["resume"] == f"pipeline run job.yaml --output {tmp_path}"  # kept
 
 
 def test_the_resume_command_reruns_the_same_config_into_the_same_directory():
