@@ -6,7 +6,8 @@
   :mod:`.progress`: the console's progress and the per-epoch records drained from it.
 - :mod:`.breakdown`: where the wall time went, process start to exit;
   :mod:`.delivered`: every rank's sample ids per epoch (``delivered.npz``).
-- :mod:`.abortable`: a ``TorchTrainer`` a signal can stop.
+- :mod:`.abortable`: a ``TorchTrainer`` a signal can stop; :mod:`.split`: how the datasets
+  are split among the Train workers (validation unevenly: every row scored).
 
 What runs inside a Train worker is :mod:`pipeline.train`.
 """

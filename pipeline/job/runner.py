@@ -75,10 +75,11 @@ def _controller_poll(seconds: float):
 def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpec,
              env: dict[str, str], backend: str, output: Path, board: Any):
     """The Ray Train ``TorchTrainer`` for this job: workers, placement, failures, data budget."""
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig
 
     from pipeline.job.abortable import AbortableTrainer
+    from pipeline.job.split import EveryValidationRow
 
     train = config.train
     if train.deterministic and plan.use_gpu:  # cuBLAS needs this for deterministic matmuls
@@ -98,8 +99,8 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
             failure_config=FailureConfig(max_failures=train.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=train.keep_checkpoints)),
         datasets=datasets,
-        dataset_config=DataConfig(execution_options=_execution_options(config, plan, data,
-                                                                       board)),
+        dataset_config=EveryValidationRow(execution_options=_execution_options(config, plan,
+                                                                               data, board)),
     )
 
 
