@@ -1,0 +1,139 @@
+"""Where a short job's fixed cost goes, and what each start-up lever of issue 29 changes.
+
+Each round runs ``pipeline run CONFIG`` once per variant, in its own process with its own local
+Ray, as a user runs it (variants rotate between rounds, so a slow moment of the machine does not
+land on one of them); the headline is the wall time the user waits, process start to exit, and
+Feedline's own breakdown says where it went. Medians over the rounds, side by side:
+
+=====================  =========================================================================
+baseline               Feedline as it is
+startup_concurrency    ``RAY_worker_maximum_startup_concurrency=8``: Ray starts workers at most
+                       ``min(cores, num_cpus)`` at a time (2 here); Ray Train starts ~11
+no_worker_env          the Train workers get no ``runtime_env`` (Feedline's NCCL/gloo env vars):
+                       a worker with a runtime env never reuses a prestarted one (Ray #47212)
+=====================  =========================================================================
+
+::
+
+    python benchmarks/startup.py --rounds 3 --save
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: how each variant starts ``pipeline run``: extra environment, and code run before the CLI
+VARIANTS: dict[str, dict[str, Any]] = {
+    "baseline": {},
+    "startup_concurrency": {"env": {"RAY_worker_maximum_startup_concurrency": "8"}},
+    "no_worker_env": {"patch": (
+        "import pipeline.job.runner as r; t = r._trainer\n"
+        "r._trainer = lambda c, p, d, s, env, *a, **k: t(c, p, d, s, {}, *a, **k)\n")},
+}
+#: the breakdown's rows (``summary.json``), grouped as issue 29 reports them, by prefix
+PHASES = {"imports": "imports and config", "ray start": "ray start",
+          "driver set-up": "driver set-up", "worker group": "worker group start",
+          "worker start-up": "worker process start", "worker set-up": "worker set-up",
+          "first batch": "epoch 1 start-up", "training": "epoch ", "teardown": "fit teardown",
+          "outputs": "outputs", "ray shutdown": "ray shutdown"}
+
+
+def group(phase: str) -> str | None:
+    return next((name for name, prefix in PHASES.items() if phase.startswith(prefix)), None)
+
+
+def run_once(variant: str, config: str, sets: list[str], out: Path) -> dict[str, Any]:
+    spec = VARIANTS[variant]
+    code = (spec.get("patch", "") + "import sys\nfrom pipeline.cli.main import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    argv = [sys.executable, "-c", code, "run", config, "--output", str(out)]
+    for item in sets:
+        argv += ["--set", item]
+    env = dict(os.environ, **spec.get("env", {}))
+    env.pop("RAY_ADDRESS", None)
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        return {"variant": variant, "ok": False, "wall_s": wall, "error": done.stderr[-2000:]}
+    summary = json.loads((out / "summary.json").read_text())
+    phases = dict.fromkeys(PHASES, 0.0)
+    for row in summary["breakdown"]:
+        if group(row["phase"]) is not None:
+            phases[group(row["phase"])] += row["seconds"]
+    return {"variant": variant, "ok": True, "wall_s": wall, "phases": phases,
+            "samples": summary["samples"]}
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    variants = list(dict.fromkeys(r["variant"] for r in runs))
+    med = {v: [r for r in runs if r["variant"] == v and r["ok"]] for v in variants}
+    base = statistics.median(r["wall_s"] for r in med["baseline"]) if med["baseline"] else None
+    lines = ["| | " + " | ".join(variants) + " |", "|---|" + "---|" * len(variants)]
+    walls = [statistics.median(r["wall_s"] for r in med[v]) if med[v] else float("nan")
+             for v in variants]
+    lines.append("| **wall (s), median** | " + " | ".join(f"**{w:.1f}**" for w in walls) + " |")
+    if base:
+        lines.append("| ratio to baseline | " + " | ".join(f"{base / w:.2f}x" for w in walls)
+                     + " |")
+    for phase in PHASES:
+        cells = [f"{statistics.median(r['phases'][phase] for r in med[v]):.1f}" if med[v]
+                 else "-" for v in variants]
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    walls_each = {v: ", ".join(f"{r['wall_s']:.1f}" for r in med[v]) for v in variants}
+    lines.append("| rounds | " + " | ".join(f"{len(med[v])} ({walls_each[v]})"
+                                            for v in variants) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(ROOT / "examples" / "quickstart.yaml"))
+    parser.add_argument("--set", dest="sets", action="append", default=["train.epochs=2"],
+                        metavar="KEY=VALUE")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--save", action="store_true",
+                        help="write benchmarks/results/startup-DATE.{json,md}")
+    args = parser.parse_args(argv)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="feedline-startup-") as tmp:
+        for round_ in range(args.rounds):
+            order = args.variants[round_ % len(args.variants):] + \
+                args.variants[:round_ % len(args.variants)]
+            for variant in order:
+                run = run_once(variant, args.config, args.sets,
+                               Path(tmp) / f"r{round_}-{variant}")
+                runs.append(run | {"round": round_})
+                print(f"round {round_ + 1} {variant}: {run['wall_s']:.1f} s"
+                      + ("" if run["ok"] else f" FAILED: {run['error'][-300:]}"), flush=True)
+    text = table(runs)
+    print(text)
+    if args.save:
+        day = time.strftime("%Y-%m-%d")
+        results = ROOT / "benchmarks" / "results"
+        (results / f"startup-{day}.json").write_text(json.dumps(
+            {"config": args.config, "sets": args.sets, "rounds": args.rounds, "runs": runs,
+             "cores": os.cpu_count()}, indent=2))
+        command = "python benchmarks/startup.py " + " ".join(argv or sys.argv[1:])
+        (results / f"startup-{day}.md").write_text(
+            f"# Start-up levers (issue 29), {day}\n\n`{command}` on {os.cpu_count()} cores; "
+            f"`pipeline run` of {Path(args.config).name} with {', '.join(args.sets)}, each "
+            f"variant in its own process with its own local Ray, rotated over "
+            f"{args.rounds} rounds; medians (s).\n\n{text}\n")
+    return 0 if all(r["ok"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
