@@ -130,6 +130,13 @@ def _pool_lines(pool: Mapping[str, Any] | None) -> list[str]:
              f"ended at {pool['final_size']} actors, at most {pool['max_size']}. A smaller "
              f"pool takes effect with the next streamed epoch (Ray Data removes only idle "
              f"actors); a larger one within seconds.", ""]
+    share = pool.get("decode_cpu_share")
+    if share is not None:
+        lines += [f"The decode actors used {share:.0%} of a CPU while decoding: "
+                  + ("they computed, so more CPUs (nodes, or a cache that spares the decodes) "
+                     "feed the trainers faster." if share >= 0.5 else
+                     "they mostly waited (I/O, sleeps), so more actors per CPU "
+                     "(`data.cpus_per_actor` below 1) feed the trainers faster."), ""]
     decisions = pool.get("decisions") or []
     if not decisions:
         return lines + ["No change: the pool it started with kept the trainers fed (or "

@@ -181,6 +181,23 @@ def test_report_shows_every_phase_of_the_training_wall_and_they_add_up(tmp_path)
     assert "| epoch | wall s | startup |" in text
 
 
+def test_the_reports_pool_section_says_whether_decode_actors_waited_or_computed(tmp_path):
+    ranks = {r: combine_summaries(fake_worker.run([Epoch()] * 2, rank=r)[0]) for r in range(2)}
+    merged = merge_ranks(ranks)
+    d = diagnose(merged, [], ProfileConfig(), {})
+    held = {"type": "pool", "elapsed_s": 12.0, "action": "grow", "size_before": 1,
+            "size_after": 4, "wait_before": 0.7, "busy_before": 0.88, "held_by_cpus": 1,
+            "reason": "1 actor(s) deliver 4% of the demand; but the 1 CPU(s) it can have hold "
+                      "only 1 actor(s) at data.cpus_per_actor 1 (the diagnosis says what can "
+                      "work)"}
+    pool = {"enabled": True, "range": [1, 4], "final_size": 4, "max_size": 4,
+            "decisions": [held], "decode_cpu_share": 0.06}
+    text = write_report(tmp_path / "report.md", d, merged, pool).read_text()
+    assert ("The decode actors used 6% of a CPU while decoding: they mostly waited (I/O, "
+            "sleeps), so more actors per CPU") in text
+    assert "hold only 1 actor(s) at data.cpus_per_actor 1" in text  # the decision's reason
+
+
 def test_timeline_has_a_track_for_each_out_of_step_phase(tmp_path):
     events = {r: fake_worker.run([Epoch()] * 2, rank=r)[1].trace_events() for r in range(2)}
     trace = json.loads(write_timeline(tmp_path / "t.json", events, []).read_text())
