@@ -179,7 +179,7 @@ class RunDir:
             status, f"ended as {status!r}")
         from pipeline.job.runner import last_checkpoint
 
-        checkpoint = last_checkpoint(self.path)
+        checkpoint = last_checkpoint(self.path, check=True)
         resume = (f"resuming from its last checkpoint (epoch {checkpoint['epoch']}, after step "
                   f"{checkpoint['step']})" if checkpoint else "no checkpoint: starting again")
         return f"{self.path}: the run there {how}; {resume}"

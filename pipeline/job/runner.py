@@ -124,9 +124,10 @@ def _execution_options(config: Config, plan: ResourcePlan, data: DataPlan,
     return options
 
 
-def last_checkpoint(output: Path) -> dict[str, Any] | None:
+def last_checkpoint(output: Path, *, check: bool = False) -> dict[str, Any] | None:
     """The checkpoint a rerun into ``output`` resumes from: the latest one Ray Train registered
-    (its snapshot under ``RUN_DIR/ray/train``), with the epoch and step it holds."""
+    (its snapshot under ``RUN_DIR/ray/train``), with the epoch and step it holds. ``check``
+    (once, when a rerun claims the folder): refuse a damaged one (:func:`check_checkpoint`)."""
     snapshot = output / "ray" / "train" / "checkpoint_manager_snapshot.json"
     if not snapshot.exists():
         return None
@@ -134,7 +135,8 @@ def last_checkpoint(output: Path) -> dict[str, Any] | None:
     if not latest:
         return None
     path = snapshot.parent / latest["checkpoint_dir_name"]
-    check_checkpoint(path, f"run.output ({str(output)!r})")
+    if check:
+        check_checkpoint(path, f"run.output ({str(output)!r})")
     meta = json.loads((path / META_FILE).read_text())
     return {"path": str(path), "epoch": meta["epoch"], "step": meta["step"],
             "task": meta.get("task")}

@@ -43,6 +43,7 @@ from typing import Any
 from pipeline.profile._summary import COMPUTE_PHASES, PHASES
 from pipeline.profile.config import ProfileConfig
 from pipeline.profile.detectors import DETECTORS, Facts, Finding, inconclusive
+from pipeline.profile.detectors.base import actors_that_fit
 
 VERDICTS: tuple[str, ...] = (*DETECTORS, inconclusive.VERDICT)
 _SHARE_VERDICTS = ("straggler", "input_bound", "startup_bound", "transfer_bound",
@@ -129,10 +130,9 @@ def diagnose(merged: Mapping[str, Any], data_ops: Sequence[Mapping[str, Any]],
     fractions = {p: float(merged["phases"][p]["fraction"]) for p in PHASES}
     conc = context.get("data.concurrency")
     slots = conc[-1] if isinstance(conc, (list, tuple)) else (conc or 1)
-    cpus, per_actor = context.get("plan.data_cpus"), context.get("data.cpus_per_actor")
-    if isinstance(cpus, (int, float)) and isinstance(per_actor, (int, float)) and per_actor > 0:
-        # the actors that can exist: a max the plan's CPUs cannot hold has no idle slots
-        slots = min(slots, max(1, int(cpus / per_actor + 1e-9)))
+    fits = actors_that_fit(context)
+    if fits is not None:  # the actors that can exist: a max the CPUs cannot hold has no idle slots
+        slots = min(slots, fits)
     busy, operator = data_busy(data_ops, wall_s=float(training.get("wall_s", 0.0)),
                                slots=int(slots))
     facts = Facts(costs=training["costs"], fractions=fractions, training=training,

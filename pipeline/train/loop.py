@@ -274,8 +274,8 @@ class Worker:
         cfg = self.spec.config
         self.spans = Spans(self.prof)
         self.checkpoints = MidEpochCheckpoints(
-            cfg.train.checkpoint_every, self.stepper.accum, self.stepper, self.prof,
-            self.save, lambda ids: np.concatenate(self.ranks.gather(ids)))
+            cfg.train.checkpoint_every, self.stepper, self.prof, self.save,
+            lambda ids: np.concatenate(self.ranks.gather(ids)))
         self.observers = Observers(
             self.spans, self.gauges, self.checkpoints,
             PoolPulse(self.push, self.rank, self.unix) if cfg.data.ours else None,

@@ -213,15 +213,15 @@ class MidEpochCheckpoints(Observer):
     ranks' step counts differ (each skips different ids), so that epoch saves at its end only
     (``paused``)."""
 
-    def __init__(self, every: int, accum: int, stepper: Any, prof: Any,
-                 save: Callable[..., None], gather: Callable[[Any], Any]) -> None:
-        self.every, self.accum, self.stepper, self.prof = every, accum, stepper, prof
+    def __init__(self, every: int, stepper: Any, prof: Any, save: Callable[..., None],
+                 gather: Callable[[Any], Any]) -> None:
+        self.every, self.stepper, self.prof = every, stepper, prof
         self.save, self.gather = save, gather
         self.paused = False
 
     def on_step(self, step: Step) -> None:
         if (self.paused or not self.every or not step.stepped
-                or (step.index // self.accum) % self.every):
+                or (step.index // self.stepper.accum) % self.every):
             return
         self.stepper.check_finite(step.epoch)  # never a checkpoint of diverged weights
         with self.prof.phase("checkpoint"):

@@ -10,6 +10,7 @@ is known (a relative "double it" has no exact value, so it yields no change).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,16 @@ def current(facts: Facts, key: str) -> Any:
 def as_int(value: Any) -> int | None:
     """``value`` when it is a plain integer (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def actors_that_fit(context: Mapping[str, Any]) -> int | None:
+    """Decode actors the plan's preprocessing CPUs (``plan.data_cpus``) hold at
+    ``data.cpus_per_actor``; None when the context lacks either."""
+    cpus, per_actor = context.get("plan.data_cpus"), context.get("data.cpus_per_actor")
+    if (not isinstance(cpus, (int, float)) or isinstance(cpus, bool)
+            or not isinstance(per_actor, (int, float)) or per_actor <= 0):
+        return None
+    return max(1, math.floor(cpus / per_actor + 1e-9))
 
 
 def step_share(facts: Facts) -> float:

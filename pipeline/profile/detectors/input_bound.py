@@ -27,6 +27,7 @@ import math
 from pipeline.profile.detectors.base import (
     Facts,
     Finding,
+    actors_that_fit,
     as_int,
     change,
     current,
@@ -63,7 +64,7 @@ def detect(facts: Facts) -> Finding | None:
     if high is not None:
         factor = min(4.0, 1.0 / max(1e-9, 1.0 - wait))
         target = max(high + 1, math.ceil(high * factor))
-        fits = _actors_that_fit(facts)
+        fits = actors_that_fit(facts.context)
         if fits is not None and fits < target:
             evidence["plan_data_cpus"], evidence["actors_that_fit"] = _data_cpus(facts), fits
         if fits is not None and fits <= high:  # the CPUs, not the pool's max, hold it back
@@ -115,14 +116,6 @@ def detect(facts: Facts) -> Finding | None:
 def _data_cpus(facts: Facts) -> float | None:
     cpus = current(facts, "plan.data_cpus")
     return float(cpus) if isinstance(cpus, (int, float)) and not isinstance(cpus, bool) else None
-
-
-def _actors_that_fit(facts: Facts) -> int | None:
-    """Decode actors the plan's preprocessing CPUs hold at ``data.cpus_per_actor``."""
-    cpus, per_actor = _data_cpus(facts), current(facts, "data.cpus_per_actor")
-    if cpus is None or not isinstance(per_actor, (int, float)) or per_actor <= 0:
-        return None
-    return max(1, math.floor(cpus / per_actor + 1e-9))
 
 
 def _within_budget(facts: Facts, high: int, target: int,
