@@ -4,8 +4,8 @@ Workers :func:`send` these to the run's inbox (:class:`pipeline.job.inbox.RunInb
 on the driver's node); the driver drains it while ``fit()`` runs (:mod:`pipeline.job.progress`)
 and hands the pool's pulses to its controller (:mod:`pipeline.pool.controller`)::
 
-    Train worker ── Started, EpochProgress, RankWait, EpochDone, ProfileTail, LinkProbe,
-                    Diverged ──────────────────────────────────────────────────────────►  inbox
+    Train worker ── Started, EpochProgress, RankWait, EpochDone, EpochClosed, ProfileTail,
+                    LinkProbe, Diverged ───────────────────────────────────────────────►  inbox
     decode actor ── DecodeBusy ────────────────────────────────────────────────────────►
 
 Frozen dataclasses: they pickle through Ray, and a reader sees every field a message carries.
@@ -68,7 +68,7 @@ class EpochDone:
 
     rank: int
     epoch: int  # from 1
-    line: dict[str, Any]  # metrics.jsonl's epoch line: loss, throughput, validation, straggler
+    line: dict[str, Any]  # metrics.jsonl's epoch line: loss, throughput, straggler
     rank_samples: int
     rank_seconds: float
     transfer: dict[str, Any]  # this rank's cumulative TransferStats
@@ -76,6 +76,18 @@ class EpochDone:
     resumed_ids: Any = None  # every rank's ids committed before a restart (rank 0 sends)
     profile: dict | None = None  # the profiler's window of this epoch
     data_ops: list | None = None  # Ray Data's operator stats (rank 0, streamed epochs)
+
+
+@dataclass(frozen=True)
+class EpochClosed:
+    """Rank 0, once an epoch's checkpoint is saved and its validation has run: the validation
+    metrics (every rank's counts summed) and when the epoch's work ended. The checkpoint comes
+    before validation, so a stop during validation keeps the epoch just trained; its line then
+    has no validation metrics."""
+
+    epoch: int  # from 1
+    metrics: dict[str, Any]  # the task's val_* metrics; empty without a validation split
+    ended_at: float  # Unix time
 
 
 @dataclass(frozen=True)
@@ -106,11 +118,11 @@ class Diverged:
     message: str
 
 
-Message = (Started | EpochProgress | RankWait | DecodeBusy | EpochDone | ProfileTail | LinkProbe
-           | Diverged)
+Message = (Started | EpochProgress | RankWait | DecodeBusy | EpochDone | EpochClosed | ProfileTail
+           | LinkProbe | Diverged)
 KINDS: dict[str, type] = {"start": Started, "progress": EpochProgress, "wait": RankWait,
-                          "decode": DecodeBusy, "epoch": EpochDone, "profile_tail": ProfileTail,
-                          "probe": LinkProbe, "diverged": Diverged}
+                          "decode": DecodeBusy, "epoch": EpochDone, "closed": EpochClosed,
+                          "profile_tail": ProfileTail, "probe": LinkProbe, "diverged": Diverged}
 
 
 def send(inbox: Any, message: Message) -> Any:

@@ -8,7 +8,8 @@ up to the wall time::
 
     process start ─ imports ─ ray start ─ driver set-up ─ worker group ─┐
       ┌─────────────────────────────────────────────────────────────────┘
-      └ [epoch start-up (first batch) ─ steady training ─ between epochs]* ─ fit teardown
+      └ [epoch start-up (first batch) ─ steady training ─ report, checkpoint, validation
+         ─ between epochs]* ─ fit teardown
         ─ outputs ─ ray shutdown ─ (exit)
 """
 
@@ -45,7 +46,8 @@ def breakdown(marks: dict[str, float], epochs: list[dict[str, Any]],
     """Consecutive phases ``{"phase", "seconds", "share"}`` from process start to the last mark.
 
     ``epochs``: per epoch ``{"epoch", "started_at", "ended_at", "first_batch_seconds",
-    "epoch_seconds"}`` (rank 0's Unix times); ``worker``: rank 0's ``process_start`` (its
+    "epoch_seconds"}`` (rank 0's Unix times; ``ended_at``: its validation's end, or its report's
+    when the run stopped during validation); ``worker``: rank 0's ``process_start`` (its
     process began; earlier than ``fit_started`` when Ray reused a prestarted worker) and
     ``entered`` (the train loop was called). Missing marks (a failed run) end the list early.
     """
@@ -69,12 +71,12 @@ def breakdown(marks: dict[str, float], epochs: list[dict[str, Any]],
         until("worker set-up (model, DDP, dataset shards)", epochs[0]["started_at"])
     for i, e in enumerate(epochs):
         if i:
-            until(f"epoch {epochs[i - 1]['epoch']} checkpoint", e["started_at"])
+            until(f"between epochs {epochs[i - 1]['epoch']} and {e['epoch']}", e["started_at"])
         start_up = min(e["first_batch_seconds"], e["epoch_seconds"])
         rows.append((f"epoch {e['epoch']} start-up (first batch)", start_up))
         rows.append((f"epoch {e['epoch']} steady training", e["epoch_seconds"] - start_up))
         t = e["started_at"] + e["epoch_seconds"]
-        until(f"epoch {e['epoch']} validation and reporting", e["ended_at"])
+        until(f"epoch {e['epoch']} report, checkpoint and validation", e["ended_at"])
     until("fit teardown (last checkpoint, link probe, worker group)", marks.get("fit_done"))
     until("outputs (summary, profile, plots)", marks.get("outputs_done"))
     until("ray shutdown", marks.get("ray_stopped"))

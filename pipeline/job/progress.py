@@ -1,9 +1,11 @@
 """Driver-side view of a running job: a progress bar, per-epoch lines and ``metrics.jsonl``.
 
 A background thread drains the :class:`~pipeline.job.inbox.RunInbox` while
-``trainer.fit()`` blocks the main thread. An epoch line is printed once every rank has reported
-that epoch, so the numbers shown are global, not rank 0's guess; that epoch's ids are then kept
-in the run directory (:mod:`pipeline.job.delivered`), so a stopped run's rerun accounts for it.
+``trainer.fit()`` blocks the main thread. Once every rank has reported an epoch's training
+pass, its ids are kept in the run directory (:mod:`pipeline.job.delivered`), so a stopped run's
+rerun accounts for it; its line (global numbers, not rank 0's guess) is printed and appended to
+``metrics.jsonl`` with the validation metrics, once validation has run
+(:class:`~pipeline.messages.EpochClosed`), or without them when the run ends first.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pipeline.job.delivered import save_epoch
 from pipeline.messages import (
     DecodeBusy,
     Diverged,
+    EpochClosed,
     EpochDone,
     EpochProgress,
     LinkProbe,
@@ -68,6 +71,8 @@ class ProgressMonitor:
         self.nccl_received: dict[int, dict | None] = {}  # rank → its NCCL plan (None: no GPU)
         self.diverged: str | None = None  # a rank's NonFiniteLossError, said before it raised
         self._reported: set[int] = set()
+        self._lines: dict[int, dict] = {}  # epoch → its line, until validation closes it
+        self._closed: dict[int, EpochClosed] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
         self._progress = Progress(
@@ -89,7 +94,14 @@ class ProgressMonitor:
         self._stop.set()
         self._thread.join(timeout=10)
         self.drain()  # whatever arrived between the last poll and the end of fit()
+        self.close_lines()
         self._progress.stop()
+
+    def close_lines(self) -> None:
+        """Write the lines of epochs whose validation never came (the run stopped or failed
+        during it): the epoch trained and is checkpointed, so its line is kept."""
+        for epoch in sorted(self._lines):
+            self._write_line(epoch)
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
@@ -119,6 +131,8 @@ class ProgressMonitor:
                 self._progress.update(self._task, completed=done, epoch=message.epoch + 1)
             elif isinstance(message, EpochDone):
                 self._on_epoch(message)
+            elif isinstance(message, EpochClosed):
+                self._on_closed(message)
             elif isinstance(message, LinkProbe):
                 self.probe = asdict(message)
             elif isinstance(message, ProfileTail):  # the last report and checkpoint, timeline
@@ -163,6 +177,24 @@ class ProgressMonitor:
         merged = dict(ranks[0].line)
         merged["per_rank"] = {str(r): {"samples": v.rank_samples, "seconds": v.rank_seconds}
                               for r, v in sorted(ranks.items())}
+        for earlier in sorted(e for e in self._lines if e < epoch):
+            self._write_line(earlier)  # its validation never came (a restart during it)
+        self._lines[epoch] = merged
+        if epoch in self._closed:  # rank 0's validation message came before a peer's report
+            self._write_line(epoch)
+
+    def _on_closed(self, message: EpochClosed) -> None:
+        self._closed[message.epoch] = message
+        if message.epoch in self._lines:
+            self._write_line(message.epoch)
+
+    def _write_line(self, epoch: int) -> None:
+        """The epoch's line, with its validation metrics when they came: ``metrics.jsonl``,
+        the console and the progress bar."""
+        merged = self._lines.pop(epoch)
+        closed = self._closed.pop(epoch, None)
+        if closed is not None:
+            merged |= closed.metrics | {"ended_at": closed.ended_at}
         self.epoch_metrics.append(merged)
         with open(self.metrics_path, "a") as fh:
             fh.write(jsonio.dumps(merged) + "\n")

@@ -8,15 +8,16 @@ One epoch on one rank reads, top to bottom, as :meth:`Worker.epoch`::
             loss, stepped = stepper.train_step(batch, i)   # task.loss, backward, optimizer
             observers.on_step(step)                # spans, gauges, progress, pool pulse,
         observers.on_epoch_end(e)                  #   divergence checks, mid-epoch checkpoints
-    validation → report (collectives, EpochDone to the driver) → checkpoint
+    report (collectives, EpochDone to the driver) → checkpoint → validation (EpochClosed)
 
 The run's :class:`~pipeline.train.task.Task` supplies the model, the optimizer, the loss and
 the validation counts; the rest is the loop's (:mod:`pipeline.train.step`: precision,
 accumulation, clipping, the schedule). What watches the steps is in
 :mod:`pipeline.train.observers`; what the ranks agree on, in :mod:`pipeline.train.ranks`.
 Progress, spans and the ids trained go to the driver through the run inbox
-(:mod:`pipeline.messages`). Every epoch ends with a checkpoint, so a restarted worker group
-resumes at the next epoch; ``train.checkpoint_every`` adds mid-epoch ones.
+(:mod:`pipeline.messages`). Every epoch's training pass ends with a checkpoint, before
+validation, so a restarted worker group (or a run stopped during validation) resumes at the
+next epoch; ``train.checkpoint_every`` adds mid-epoch ones.
 
 :class:`Worker` takes every Ray-specific part from :func:`train_loop`, which builds them from
 Ray Train's context: unit tests drive the same loop with fakes.
@@ -49,6 +50,7 @@ from pipeline.config import Config
 from pipeline.data.augment import augment
 from pipeline.messages import (
     Diverged,
+    EpochClosed,
     EpochDone,
     LinkProbe,
     Message,
@@ -250,9 +252,9 @@ def augmenter(spec: WorkerSpec, epoch: int) -> Callable[[dict], dict] | None:
 @dataclass
 class Worker:
     """One rank's epochs, with every Ray-specific part handed in (:func:`train_loop` builds
-    them; unit tests drive it with fakes). Each epoch: the training pass, validation, the
-    report the driver gets (:class:`~pipeline.messages.EpochDone`) and a checkpoint, so a
-    restart resumes at the next epoch."""
+    them; unit tests drive it with fakes). Each epoch: the training pass, the report the
+    driver gets (:class:`~pipeline.messages.EpochDone`), a checkpoint, so a restart resumes at
+    the next epoch, then validation (:class:`~pipeline.messages.EpochClosed`)."""
 
     spec: WorkerSpec
     stepper: Stepper
@@ -288,7 +290,8 @@ class Worker:
             resumed = resume is not None and epoch == resume.epoch and len(resume.consumed) > 0
             self.epoch(epoch, resume.consumed if resumed else None)
         if self.prof.enabled:
-            # The last epoch's report and checkpoint (after its summary was sent): the training
+            # The last epoch's report, checkpoint and validation (after its summary was sent):
+            # the training
             # phase's tail; and the timeline (the last steps and the phases around them).
             self.push(ProfileTail(rank=self.rank, events=self.prof.trace_events(),
                                   profile=self.prof.epoch_summary(
@@ -311,13 +314,8 @@ class Worker:
                 stepper.finish_epoch(done.steps % stepper.accum)
         self.transfer = self.transfer.merged(feeder.stats) if self.transfer else feeder.stats
         wall = self.clock() - start
-        with prof.phase("validation"):
-            counts = {}
-            if self.val is not None:
-                with self.val.epoch(epoch) as val:
-                    counts = evaluate(stepper, val, self.spec.field)
         with prof.phase("report"):
-            metrics, profile = self._report(epoch, done, counts, wall)
+            metrics, profile = self._report(epoch, done, wall)
             self.push(EpochDone(
                 rank=self.rank, epoch=epoch + 1, rank_samples=done.samples, rank_seconds=wall,
                 line=metrics | {"cache": self.train.status(), "started_at": started_at,
@@ -327,14 +325,27 @@ class Worker:
                 resumed_ids=consumed if consumed is not None and self.rank == 0 else None,
                 data_ops=(self.data_ops() if self.data_ops and self.rank == 0 and streamed
                           else None)))
-        with prof.phase("checkpoint"):
+        with prof.phase("checkpoint"):  # before validation: a stop there keeps this epoch
             self.save(epoch=epoch + 1, step=0, consumed=np.empty(0, np.int64), metrics=metrics)
-        return metrics
+        with prof.phase("validation"):
+            val = self._validate(epoch, reserved={*metrics})
+        if self.rank == 0:
+            self.push(EpochClosed(epoch=epoch + 1, metrics=val, ended_at=self.unix()))
+        return metrics | val
 
-    def _report(self, epoch: int, done: Pass, counts: dict[str, torch.Tensor],
+    def _validate(self, epoch: int, reserved: set[str]) -> dict[str, float]:
+        """The task's validation metrics of ``epoch``, every rank's counts summed (empty
+        without a validation split)."""
+        if self.val is None:
+            return {}
+        with self.val.epoch(epoch) as val:
+            counts = evaluate(self.stepper, val, self.spec.field)
+        return task_metrics(self.stepper.task, all_counts(counts, self.ranks), reserved=reserved)
+
+    def _report(self, epoch: int, done: Pass,
                 wall: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """The epoch's metrics, the same on every rank, and its profile (collectives). The
-        caches agree first: one replays only if every rank's is complete; once they do, the
+        """The epoch's training metrics, the same on every rank, and its profile (collectives).
+        The caches agree first: one replays only if every rank's is complete; once they do, the
         ranks deal the replayed epochs over the group ``data.reshuffle`` names."""
         _agree(self.caches, self.ranks)
         if self.train.replays and self.train.group is None:
@@ -344,9 +355,6 @@ class Worker:
                    "train_loss": loss / max(steps, 1), "epoch_seconds": wall,
                    "first_batch_seconds": done.first_batch_s,
                    "samples_per_second": samples / wall if wall > 0 else 0.0}
-        if self.val is not None:
-            metrics |= task_metrics(self.stepper.task, all_counts(counts, self.ranks),
-                                    reserved={*metrics, "straggler"})
         profile = self._profile(epoch)
         # The straggler rule's input: work per step over the run so far, the numbers the
         # verdict reads (pipeline.profile.detectors.straggler); without spans, epoch time.

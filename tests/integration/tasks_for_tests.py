@@ -1,6 +1,10 @@
 """A task of the integration tests' own, handed to ``pipeline.run(task=...)`` and pickled to the
 Train workers (this module is importable there: the tests package sits beside pipeline)."""
 
+import os
+import time
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 
@@ -24,6 +28,19 @@ class OffsetTask(ClassificationTask):
 
     def eval_metrics(self, totals):
         return super().eval_metrics(totals) | {"val_label_sum": totals.get("labels", 0.0)}
+
+
+class FirstValidationWaits(ClassificationTask):
+    """Classification whose first validation pass waits a minute once it has written the file
+    ``$FEEDLINE_TEST_MARK``: a window for a test's Ctrl-C during validation. A rerun (the file
+    there) validates at once."""
+
+    def eval_counts(self, model, batch):
+        mark = Path(os.environ["FEEDLINE_TEST_MARK"])
+        if not mark.exists():
+            mark.write_text("validating\n")
+            time.sleep(60)
+        return super().eval_counts(model, batch)
 
 
 class PositionTask(Task):

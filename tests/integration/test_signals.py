@@ -31,14 +31,15 @@ SETS = ("train.epochs=3", "data.cache=off")
 EXIT_BOUND_S = 60  # from the signal to the process's exit: generous for a loaded 2-core machine
 
 
-def start(out: Path, *sets: str, address: str = "", ray_tmpdir: str = "") -> subprocess.Popen:
+def start(out: Path, *sets: str, address: str = "", ray_tmpdir: str = "",
+          env: dict | None = None) -> subprocess.Popen:
     argv = [sys.executable, "-m", "pipeline", "run", str(QUICKSTART), "--output", str(out)]
     argv += [a for s in (*SETS, *sets) for a in ("--set", s)]
     argv += ["--address", address] if address else []
     # a session of its own, as a shell gives a command: Ctrl-C reaches its whole process group
     with open(out.parent / f"{out.name}.log", "w") as log:
         return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=os.environ | (
+                                start_new_session=True, env=os.environ | (env or {}) | (
                                     {"RAY_TMPDIR": ray_tmpdir} if ray_tmpdir else {}))
 
 
@@ -142,12 +143,13 @@ def summary_of(out: Path) -> dict:
 
 
 @pytest.mark.timeout(420)
-def test_ctrl_c_stops_cleanly_and_the_printed_command_resumes_exactly_once(tmp_path,
-                                                                          ray_tmpdir):
-    out = tmp_path / "out"
-    proc = start(out, ray_tmpdir=ray_tmpdir)
-    wait_for(proc, out, lambda: epochs_done(out) >= 1 and snapshot(out).exists(),
-             "the first epoch's checkpoint")
+def test_ctrl_c_during_validation_keeps_the_epoch_and_the_printed_command_resumes_exactly_once(
+        tmp_path, ray_tmpdir):
+    out, mark = tmp_path / "out", tmp_path / "validating"
+    task = "train.task=tests.integration.tasks_for_tests:FirstValidationWaits"
+    # the task's first validation pass waits (a minute) once it has begun: Ctrl-C lands there
+    proc = start(out, task, ray_tmpdir=ray_tmpdir, env={"FEEDLINE_TEST_MARK": str(mark)})
+    wait_for(proc, out, mark.exists, "epoch 1's validation")
     # driver, GCS, raylet, workers
     assert len(run_processes(ray_tmpdir)) >= 4, run_processes(ray_tmpdir)
 
@@ -158,13 +160,16 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_resumes_exactly_once(tmp_p
     assert left_alive(ray_tmpdir) == [], watchdog_said(ray_tmpdir)
     summary = summary_of(out)
     assert summary["status"] == "stopped" and summary["signal"] == "SIGINT", summary
-    assert summary["epochs_done"] >= 1 and summary["resumes_at"]["epoch"] >= 2, summary
+    # the epoch just trained is kept: checkpointed before its validation, its line written
+    assert summary["epochs_done"] == 1 and summary["resumes_at"]["epoch"] == 2, summary
     assert Path(summary["checkpoint"]).is_dir()
+    [line] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert line["epoch"] == 1 and "val_accuracy" not in line, line
     command = shlex.join(["pipeline", "run", str(QUICKSTART), *(
-        a for s in SETS for a in ("--set", s)), "--output", str(out)])
+        a for s in (*SETS, task) for a in ("--set", s)), "--output", str(out)])
     assert summary["resume"] == command
     assert "SIGINT: stopping the run" in said and f"resume with: {command}" in said
-    assert f"stopped by SIGINT after {summary['epochs_done']} of 3 epochs" in said
+    assert "stopped by SIGINT after 1 of 3 epochs" in said
     assert "Traceback" not in said and "SystemExit" not in said
     # Ray's own driver lines went to the run directory, not to the console
     assert "Started a local Ray instance" not in said
@@ -174,12 +179,13 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_resumes_exactly_once(tmp_p
 
     program, *argv = shlex.split(summary["resume"])
     rerun = subprocess.run([sys.executable, "-m", program, *argv], cwd=ROOT, text=True,
-                           capture_output=True, timeout=300)
+                           capture_output=True, timeout=300,
+                           env=os.environ | {"FEEDLINE_TEST_MARK": str(mark)})
     assert rerun.returncode == 0, rerun.stderr[-4000:]
     summary = summary_of(out)
     assert summary["status"] == "succeeded"
     [resumed] = summary["resumed_from"]
-    assert resumed["epoch"] >= 1  # not from the beginning
+    assert resumed["epoch"] == 1  # not from the beginning
     assert summary["exactly_once"] is True
     assert [a["epoch"] for a in summary["accounting"]] == [1, 2, 3]
     for epoch in summary["accounting"]:  # the epochs before the stop included

@@ -15,7 +15,7 @@ def test_phases_are_consecutive_and_add_up_to_the_wall_time():
              "fit_started": 114.0, "fit_done": 150.0, "outputs_done": 151.5,
              "ray_stopped": 153.0}
     # the shape the loop reports: epoch wall from the first-batch wait to the last step,
-    # validation and reporting up to ended_at, the checkpoint before the next epoch starts
+    # report, checkpoint and validation up to ended_at, then the next epoch starts
     epochs = [epoch(1, 125.0, 10.0, 6.0, 136.0), epoch(2, 136.5, 4.0, 0.01, 141.0),
               epoch(3, 141.5, 4.0, 0.01, 146.0)]
     # rank 0's process began after fit_started (a prestarted one would have begun before: the
@@ -31,8 +31,8 @@ def test_phases_are_consecutive_and_add_up_to_the_wall_time():
     assert seconds["worker set-up (model, DDP, dataset shards)"] == 4.0
     assert seconds["epoch 1 start-up (first batch)"] == 6.0
     assert seconds["epoch 1 steady training"] == 4.0
-    assert seconds["epoch 1 validation and reporting"] == 1.0
-    assert seconds["epoch 1 checkpoint"] == 0.5
+    assert seconds["epoch 1 report, checkpoint and validation"] == 1.0
+    assert seconds["between epochs 1 and 2"] == 0.5
     assert seconds["epoch 2 start-up (first batch)"] == 0.01
     assert seconds["fit teardown (last checkpoint, link probe, worker group)"] == 4.0
     assert seconds["ray shutdown"] == 1.5

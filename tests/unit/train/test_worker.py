@@ -4,7 +4,7 @@ what it tells the driver, when it checkpoints, and where it stops a diverged run
 import numpy as np
 import pytest
 
-from pipeline.messages import EpochDone, EpochProgress, ProfileTail, RankWait
+from pipeline.messages import EpochClosed, EpochDone, EpochProgress, ProfileTail, RankWait
 from pipeline.train.step import NonFiniteLossError
 from tests.unit.train.fake_worker import BATCH, ClockedTask, Epoch, worker
 
@@ -22,7 +22,11 @@ def test_each_epoch_reports_once_checkpoints_once_and_the_run_ends_with_its_prof
         assert m.ids.tolist() == list(range(e * 6 * BATCH, (e + 1) * 6 * BATCH))
         assert m.line["steps"] == 6 and m.line["first_batch_seconds"] == pytest.approx(1.0)
         assert m.profile["epoch"] == e + 1 and m.profile["steps"] == 6
-    # the run's last message: the profile's tail (the last report and checkpoint), then nothing
+    # each epoch: its report, then (after the checkpoint) its validation
+    closes = [m for m in driver.messages if isinstance(m, (EpochDone, EpochClosed))]
+    assert [(type(m), m.epoch) for m in closes] == [
+        (kind, e) for e in (1, 2, 3) for kind in (EpochDone, EpochClosed)]
+    # the run's last message: the profile's tail (the last report, checkpoint and validation)
     assert isinstance(driver.messages[-1], ProfileTail)
     assert [s["epoch"] for s in w.saves] == [1, 2, 3] and {s["step"] for s in w.saves} == {0}
     # progress about once a second, counted from each epoch's first step
@@ -88,3 +92,22 @@ def test_a_diverged_epoch_stops_before_validation_and_its_checkpoint():
     assert [m.epoch for m in driver.of(EpochDone)] == [1]
     assert [s["epoch"] for s in w.saves] == [1]
     assert len(said) == 1
+
+
+def test_a_stop_during_validation_finds_the_epoch_reported_and_checkpointed():
+    plans = [Epoch(steps=4) for _ in range(EPOCHS)]
+    w, driver, script = worker(plans)
+    validate = w.val.epoch
+
+    def stopped_in_epoch_2(epoch, skip=None):
+        if epoch == 1:
+            raise KeyboardInterrupt  # Ctrl-C while epoch 2 validates
+        return validate(epoch, skip)
+
+    w.val.epoch = stopped_in_epoch_2
+    with pytest.raises(KeyboardInterrupt):
+        w.run()
+    # the driver has epoch 2's ids and a checkpoint holds its weights: the rerun starts epoch 3
+    assert [m.epoch for m in driver.of(EpochDone)] == [1, 2]
+    assert [s["epoch"] for s in w.saves] == [1, 2]
+    assert [m.epoch for m in driver.of(EpochClosed)] == [1]
