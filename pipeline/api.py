@@ -8,6 +8,7 @@ and raises :class:`~pipeline.cluster.stop.RunStopped`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import signal
@@ -24,7 +25,7 @@ from pipeline.cluster.stop import at_once, received
 from pipeline.config import Config, ConfigError, load_config, to_dict
 from pipeline.data import ReaderSpec, plan_source
 from pipeline.data.sources import SourcePlan, skipped_warning
-from pipeline.errors import RunStopped
+from pipeline.errors import OutputWriteError, RunStopped
 from pipeline.job.breakdown import JobClock, to_markdown
 from pipeline.job.rundir import RunDir
 
@@ -101,8 +102,9 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     (checked before Ray starts),
     :class:`~pipeline.errors.PlanError` for a plan that would starve preprocessing,
     ``BadSampleThresholdError`` when the data is broken,
-    :class:`~pipeline.cluster.stop.RunStopped` when stopped (Ctrl-C, SIGTERM), and Ray Train's
-    errors otherwise.
+    :class:`~pipeline.cluster.stop.RunStopped` when stopped (Ctrl-C, SIGTERM),
+    :class:`~pipeline.errors.OutputWriteError` when the run folder's disk takes no more, and
+    Ray Train's errors otherwise.
     """
     from pipeline.cluster.session import ray_driver_log, ray_session
     from pipeline.job.runner import run_job
@@ -122,7 +124,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
         console.print(f"[yellow]warning[/]: {escape(line)}", highlight=False)
     rundir = RunDir(output_dir(cfg))
     out = rundir.path
-    with rundir.claim() as found:  # held until the run ends: no second run in the folder
+    # the folder is held until the run ends (no second run in it); a full disk is said as such
+    with rundir.claim() as found, OutputWriteError.converted(out):
         if found:
             _check_resumed_task(out, task)
             console.print(f"[yellow]resume[/]: {escape(found)}", highlight=False)
@@ -156,12 +159,15 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:
+                    full = OutputWriteError.find(exc, out)  # a full disk, said as such
                     running = rundir.read_summary() or {}
                     if running.get("status") == "running":  # the job did not say why itself
                         status = "diverged" if isinstance(exc, NonFiniteLossError) else "failed"
-                        rundir.write_summary(running | {
-                            "status": status, "error": f"{type(exc).__name__}: {exc}",
-                            "ray_address": session.address})
+                        with contextlib.suppress(OSError) if full else nullcontext():
+                            rundir.write_summary(running | {
+                                "status": status,
+                                "error": f"{type(full or exc).__name__}: {full or exc}",
+                                "ray_address": session.address})
                     raise
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM; what the run started has stopped by now
             raise _stopped(config if datasets is None else cfg, sets, cfg, rundir, address,

@@ -8,9 +8,16 @@ codes"). Nothing here imports Ray or torch.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import shutil
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+#: the errors of a disk that takes no more: full, over quota, read-only
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 class ConfigError(ValueError):
@@ -38,6 +45,53 @@ class NonFiniteLossError(FloatingPointError):
     kept."""
 
 
+class OutputWriteError(OSError):
+    """The run folder (its summary, metrics, ids or Ray Train's checkpoints) could not be
+    written: the disk is full, over quota or read-only (exit 6). The last checkpoint written is
+    kept; a rerun into the folder, once there is room, resumes from it."""
+
+    @classmethod
+    def find(cls, exc: BaseException, output: Path) -> OutputWriteError | None:
+        """``exc`` as the run folder's write error, when a full disk is what it (or an error it
+        came from, a Train worker's included) says; None otherwise."""
+        seen: BaseException | None = exc
+        while seen is not None:
+            if isinstance(seen, cls):
+                return seen
+            if isinstance(seen, OSError) and seen.errno in FULL:
+                return cls.of(seen, output)
+            if "No space left on device" in str(seen):  # a Train worker's, as Ray's text
+                return cls.of(OSError(errno.ENOSPC, "No space left on device"), output)
+            seen = seen.__cause__ or seen.__context__
+        return None
+
+    @classmethod
+    @contextlib.contextmanager
+    def converted(cls, output: Path) -> Iterator[None]:
+        """Raise an error of the block that a full disk caused as this class."""
+        try:
+            yield
+        except Exception as exc:
+            full = cls.find(exc, output)
+            if full is None or full is exc:
+                raise
+            raise full from exc
+
+    @classmethod
+    def of(cls, exc: OSError, output: Path) -> OutputWriteError:
+        try:
+            free = f"{shutil.disk_usage(output).free / 2**20:.1f} MiB free there"
+        except OSError:
+            free = "its free space unknown"
+        return cls(exc.errno, f"cannot write the run folder {output} ({exc.strerror}; {free}): "
+                              f"free space on its disk or choose another run.output; the last "
+                              f"checkpoint written is kept and a rerun into this folder resumes "
+                              f"from it")
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
 class CollectiveTimeoutError(RuntimeError):
     """A collective waited ``collective.timeout_s`` for a peer that never joined."""
 
@@ -59,4 +113,4 @@ class RunStopped(KeyboardInterrupt):
 
 
 __all__ = ["BadSampleThresholdError", "CollectiveTimeoutError", "ConfigError",
-           "NonFiniteLossError", "PlanError", "RunStopped"]
+           "NonFiniteLossError", "OutputWriteError", "PlanError", "RunStopped"]

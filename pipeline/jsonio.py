@@ -30,5 +30,9 @@ def dumps(value: Any, **kwargs: Any) -> str:
 def write(path: Path, value: Any, **kwargs: Any) -> None:
     """Write ``value`` as strict JSON to ``path``, atomically (a temporary file renamed over it)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(dumps(value, **kwargs))
+    try:
+        tmp.write_text(dumps(value, **kwargs))
+    except OSError:  # a full disk: leave neither half a file nor an empty one behind
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)

@@ -74,7 +74,13 @@ def main(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pipeline.api import run
     from pipeline.cluster.stop import received
-    from pipeline.errors import BadSampleThresholdError, NonFiniteLossError, PlanError, RunStopped
+    from pipeline.errors import (
+        BadSampleThresholdError,
+        NonFiniteLossError,
+        OutputWriteError,
+        PlanError,
+        RunStopped,
+    )
     from pipeline.job.breakdown import JobClock
     from pipeline.procfs import process_start
 
@@ -112,6 +118,9 @@ def _run(args: argparse.Namespace) -> int:
     except NonFiniteLossError as exc:
         console.print(f"[red]run diverged[/]: {escape(str(exc))}", highlight=False)
         return 5
+    except OutputWriteError as exc:  # the run folder's disk is full (or read-only)
+        console.print(f"[red]cannot write[/]: {escape(str(exc))}", highlight=False)
+        return 6
     except ConnectionError as exc:  # the cluster at run.address never answered
         console.print(f"[red]cluster unreachable[/]: {escape(str(exc))}", highlight=False)
         return 4

@@ -70,6 +70,7 @@ class ProgressMonitor:
         self.worker_marks: dict[str, float] = {}  # rank 0's first start (Unix times)
         self.nccl_received: dict[int, dict | None] = {}  # rank → its NCCL plan (None: no GPU)
         self.diverged: str | None = None  # a rank's NonFiniteLossError, said before it raised
+        self.write_error: OSError | None = None  # the first write to the run folder that failed
         self._reported: set[int] = set()
         self._lines: dict[int, dict] = {}  # epoch → its line, until validation closes it
         self._closed: dict[int, EpochClosed] = {}
@@ -101,7 +102,10 @@ class ProgressMonitor:
         """Write the lines of epochs whose validation never came (the run stopped or failed
         during it): the epoch trained and is checkpointed, so its line is kept."""
         for epoch in sorted(self._lines):
-            self._write_line(epoch)
+            try:
+                self._write_line(epoch)
+            except OSError as exc:
+                self._write_failed(exc)
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
@@ -109,6 +113,8 @@ class ProgressMonitor:
             if self.pool is not None:
                 try:
                     self.pool.tick()
+                except OSError as exc:  # metrics.jsonl on a full disk
+                    self._write_failed(exc)
                 except Exception:  # a failed decision must not stop the progress display
                     logger.exception("pool controller")
 
@@ -123,26 +129,38 @@ class ProgressMonitor:
             logger.warning("progress reporter unavailable: %s", exc)
             return
         for message in records:
-            if isinstance(message, (RankWait, DecodeBusy)):
-                if self.pool is not None:
-                    self.pool.observe(message)
-            elif isinstance(message, EpochProgress):
-                done = message.epoch * self._samples_per_epoch + message.samples
-                self._progress.update(self._task, completed=done, epoch=message.epoch + 1)
-            elif isinstance(message, EpochDone):
-                self._on_epoch(message)
-            elif isinstance(message, EpochClosed):
-                self._on_closed(message)
-            elif isinstance(message, LinkProbe):
-                self.probe = asdict(message)
-            elif isinstance(message, ProfileTail):  # the last report and checkpoint, timeline
-                self.profile_tails[message.rank] = message.profile
-                if message.events:
-                    self.events[message.rank] = message.events
-            elif isinstance(message, Diverged):
-                self.diverged = self.diverged or message.message
-            elif isinstance(message, Started):
-                self._on_start(message)
+            try:
+                self._take(message)
+            except OSError as exc:  # a full disk: said once, the run fails when fit() returns
+                self._write_failed(exc)
+
+    def _write_failed(self, exc: OSError) -> None:
+        if self.write_error is None:
+            self.write_error = exc
+            self.console.print(f"[red]error[/]: cannot write the run folder ({exc}); the run "
+                               f"fails at its end", highlight=False)
+
+    def _take(self, message: Any) -> None:
+        if isinstance(message, (RankWait, DecodeBusy)):
+            if self.pool is not None:
+                self.pool.observe(message)
+        elif isinstance(message, EpochProgress):
+            done = message.epoch * self._samples_per_epoch + message.samples
+            self._progress.update(self._task, completed=done, epoch=message.epoch + 1)
+        elif isinstance(message, EpochDone):
+            self._on_epoch(message)
+        elif isinstance(message, EpochClosed):
+            self._on_closed(message)
+        elif isinstance(message, LinkProbe):
+            self.probe = asdict(message)
+        elif isinstance(message, ProfileTail):  # the last report and checkpoint, timeline
+            self.profile_tails[message.rank] = message.profile
+            if message.events:
+                self.events[message.rank] = message.events
+        elif isinstance(message, Diverged):
+            self.diverged = self.diverged or message.message
+        elif isinstance(message, Started):
+            self._on_start(message)
 
     def _on_start(self, message: Started) -> None:
         self.nccl_received[message.rank] = message.nccl_plan

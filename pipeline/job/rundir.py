@@ -26,6 +26,7 @@ import yaml
 
 from pipeline import jsonio
 from pipeline.config import ConfigError
+from pipeline.errors import FULL
 
 SUMMARY = "summary.json"
 CONFIG = "config.yaml"
@@ -104,8 +105,17 @@ class RunDir:
         return summary if isinstance(summary, dict) else None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        """The one writer of ``summary.json`` (strict JSON, atomic)."""
-        jsonio.write(self.summary_path, summary, indent=2)
+        """The one writer of ``summary.json`` (strict JSON, atomic). On a full disk, the file
+        takes the new text in place (its block has room for a failed run's few more lines), so
+        the summary still says why the run ended."""
+        try:
+            jsonio.write(self.summary_path, summary, indent=2)
+        except OSError as exc:
+            if exc.errno not in FULL or not self.summary_path.exists():
+                raise
+            with open(self.summary_path, "r+") as fh:
+                fh.write(jsonio.dumps(summary, indent=2))
+                fh.truncate()
 
     def write_config(self, settings: dict[str, Any]) -> list[str]:
         """Write the run's ``config.yaml``. A resumed run whose settings differ from the ones

@@ -28,7 +28,12 @@ from pipeline.data.accounting import account_epoch
 from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
 from pipeline.data.sources import SourcePlan, skipped_fields
 from pipeline.data.udf.reader import ReaderSpec
-from pipeline.errors import BadSampleThresholdError, ConfigError, NonFiniteLossError
+from pipeline.errors import (
+    BadSampleThresholdError,
+    ConfigError,
+    NonFiniteLossError,
+    OutputWriteError,
+)
 from pipeline.job.breakdown import JobClock
 from pipeline.job.delivered import EPOCHS_DIR, discard, merge_earlier, write_delivered
 from pipeline.job.inbox import RunInbox
@@ -236,6 +241,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                          delivered_dir=output / EPOCHS_DIR, pool=pool) as monitor:
         clock.mark("fit_started")
         result = _fit(job, reporter, quarantine, monitor, pool)
+    if monitor.write_error is not None:  # ids or lines missing from the folder: no success
+        raise OutputWriteError.of(monitor.write_error, output)
     clock.mark("fit_done")
     clock.worker = monitor.worker_marks
     clock.epochs = monitor.epoch_metrics
