@@ -26,7 +26,7 @@ from pipeline.config import Config, ConfigError, load_config, to_dict
 from pipeline.data import ReaderSpec, plan_source
 from pipeline.data.sources import SourcePlan, skipped_warning
 from pipeline.errors import OutputWriteError, RunStopped
-from pipeline.job.breakdown import JobClock, to_markdown
+from pipeline.job.breakdown import JobClock, append_to_report
 from pipeline.job.rundir import RunDir
 
 
@@ -265,6 +265,5 @@ def _with_breakdown(summary: dict[str, Any], clock: JobClock, rundir: RunDir) ->
     summary = summary | {"wall_seconds": wall, "breakdown": rows,
                          "samples_per_second": summary["samples"] / wall if wall else 0.0}
     rundir.write_summary(summary)
-    with open(rundir.path / "report.md", "a") as fh:
-        fh.write("\n" + to_markdown(rows))
+    append_to_report(rundir.path / "report.md", rows)
     return summary

@@ -3,12 +3,15 @@
 Reads ``RUN_DIR/profile.json`` (see :mod:`pipeline.profile.schema`), re-runs the diagnosis with
 the thresholds of ``RUN_DIR/config.yaml`` when it is there (defaults otherwise, so thresholds can
 be tuned and the verdict re-read without re-running), prints it, and rewrites ``breakdown.png``
-and ``report.md``. ``timeline.json`` is left as the run wrote it. Needs no Ray and no GPU.
+and ``report.md``, whose last section (where the job's wall time went) comes from
+``summary.json``: a summary that cannot give it is said, not skipped. ``timeline.json`` is left
+as the run wrote it. Needs no Ray and no GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 
@@ -47,10 +50,32 @@ def main(args: argparse.Namespace) -> int:
         return 1
     diagnosis = diagnose(saved.merged, saved.data_ops, config, saved.context)
     written = write_artifacts(run_dir, saved, diagnosis, timeline=False)
+    _add_wall_time(console, run_dir, written["report.md"])
     _print(console, diagnosis, saved.merged)
     for name, path in written.items():
         console.print(f"wrote {name}: {path}")
     return 0
+
+
+def _add_wall_time(console: Console, run_dir: Path, report: Path) -> None:
+    """``report.md``'s section on the job's wall time, from ``summary.json``, as the run wrote
+    it; a warning that names the file and why when the summary cannot give it."""
+    from pipeline.job.breakdown import append_to_report
+
+    path = run_dir / "summary.json"
+    try:
+        rows = json.loads(path.read_text()).get("breakdown")
+    except FileNotFoundError:
+        why = "is missing"
+    except (OSError, ValueError, AttributeError) as exc:
+        why = f"unreadable ({type(exc).__name__}: {exc})"
+    else:
+        if isinstance(rows, list) and rows:
+            append_to_report(report, rows)
+            return
+        why = "has no breakdown (the run did not finish)"
+    console.print(f"[yellow]warning[/]: {path} {why}: report.md has no section on the job's "
+                  f"wall time", highlight=False)
 
 
 def _profile_config(run_dir: Path) -> ProfileConfig:

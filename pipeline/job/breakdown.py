@@ -16,6 +16,7 @@ up to the wall time::
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from pipeline.procfs import process_start
@@ -83,6 +84,12 @@ def breakdown(marks: dict[str, float], epochs: list[dict[str, Any]],
     wall = t - marks["process_start"]
     return [{"phase": name, "seconds": round(s, 3), "share": round(s / wall, 4) if wall else 0.0}
             for name, s in rows]
+
+
+def append_to_report(report: Path, rows: list[dict[str, Any]]) -> None:
+    """Add the breakdown as ``report.md``'s last section (after the profile's)."""
+    with open(report, "a") as fh:
+        fh.write("\n" + to_markdown(rows))
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:

@@ -155,6 +155,28 @@ def test_pipeline_report_rediagnoses_with_the_saved_config(tmp_path, make_ranks,
     assert (tmp_path / "report.md").read_text().startswith("# Profile: compute_bound")
 
 
+def test_pipeline_report_keeps_the_jobs_wall_time_or_says_why_not(tmp_path, make_ranks,
+                                                                  capsys):
+    ranks = make_ranks(2, data_wait=0.104)
+    save_profile(tmp_path, ranks=ranks, merged=merge_ranks(ranks), data_ops=DATA_OPS,
+                 throughput=THROUGHPUT, context={})
+    rows = [{"phase": "imports and config", "seconds": 2.0, "share": 0.25},
+            {"phase": "epoch 1 steady training", "seconds": 6.0, "share": 0.75}]
+    text = json.dumps({"status": "succeeded", "breakdown": rows}, indent=2)
+    (tmp_path / "summary.json").write_text(text)
+    assert run_cli(tmp_path) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "## Where the job's wall time went" in report and "| **total** | **8.00** |" in report
+    assert "warning" not in capsys.readouterr().out
+    # cut short (a crash while a copy was written): the report says what it cannot show
+    (tmp_path / "summary.json").write_text(text[:len(text) // 2])
+    assert run_cli(tmp_path) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"warning: {tmp_path / 'summary.json'} unreadable (JSONDecodeError" in out
+    assert "report.md has no section on the job's wall time" in out
+    assert "## Where the job's wall time went" not in (tmp_path / "report.md").read_text()
+
+
 def test_pipeline_report_on_a_directory_without_a_profile_fails_clearly(tmp_path, capsys):
     assert run_cli(tmp_path) == 1
     out = " ".join(capsys.readouterr().out.split())  # rich wraps to the terminal width
