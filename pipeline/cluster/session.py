@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.cluster.stop import keep_sigterm
-from pipeline.cluster.watchdog import OWNER
+from pipeline.cluster.watchdog import OWNER, RayProcesses, terminate
 from pipeline.config import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool 
             # Security). address="local": never attach to a Ray `ray start` left here.
             _init(address="local", num_cpus=cpus, include_dashboard=dashboard,
                   dashboard_host="127.0.0.1", log_to_driver=log_to_driver,
-                  runtime_env=runtime_env)
+                  runtime_env=runtime_env, token=token)
         finally:
             if outer is None:
                 os.environ.pop(OWNER)
@@ -178,16 +178,24 @@ def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool 
         stop_watchdog(watchdog)
 
 
-def _init(**kwargs) -> None:
+def _init(token: str | None = None, **kwargs) -> None:
     """``ray.init``, stoppable: stopped (Ctrl-C, SIGTERM) while Ray starts, what it started
-    goes too, and the caller's SIGTERM handler stays in place (:func:`keep_sigterm`)."""
+    goes too, and the caller's SIGTERM handler stays in place (:func:`keep_sigterm`). For a
+    local Ray started with ``token`` in its environment, that includes the agents its raylet
+    started, which outlive it by a minute (found while the raylet lives: they are its
+    children)."""
     import ray
 
     try:
         with keep_sigterm():
             ray.init(**kwargs)
     except BaseException:
+        started = RayProcesses(token) if token else None
+        if started is not None:
+            started.scan()
         ray.shutdown()
+        if started is not None:
+            terminate(started)
         raise
 
 

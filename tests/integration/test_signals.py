@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM stop ``pipeline run`` cleanly; rerunning the command it prints resumes the
 run with every epoch accounted exactly once; after a SIGKILL of the driver the local Ray it
-started goes within seconds and the rerun says what it found (real processes, real signals).
+started goes within seconds and the rerun says what it found; a SIGTERM while Ray starts takes
+all of it along (real processes, real signals).
 
 The runs are real ``python -m pipeline run`` processes, one at a time; all but the joined one
 start their own local Ray, which must be gone when they exit. Epochs stream from Ray Data
@@ -274,3 +275,24 @@ def test_sigterm_mid_epoch_stops_a_joined_run_and_leaves_the_cluster_up(ray_clus
     while ray.available_resources().get("CPU", 0) < free and time.monotonic() < deadline:
         time.sleep(0.5)
     assert ray.available_resources().get("CPU", 0) >= free, ray.available_resources()
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_while_ray_starts_leaves_nothing_of_it(tmp_path, ray_tmpdir):
+    for attempt in range(3):  # the window is Ray's start, about 2 s: a late signal tries again
+        out = tmp_path / f"out{attempt}"
+        proc = start(out, ray_tmpdir=ray_tmpdir)
+        # Ray's agents are up (the raylet starts them), and the driver has not said it runs yet
+        wait_for(proc, out, lambda: any("Agent" in p for p in run_processes(ray_tmpdir)),
+                 "Ray's agents", 120)
+        took = stop(proc, signal.SIGTERM)
+        said = console(out)
+        if "cluster at" not in said:
+            break
+        assert left_alive(ray_tmpdir) == [], watchdog_said(ray_tmpdir)
+    assert "cluster at" not in said, "each signal came after Ray had started"
+    assert proc.returncode == 143, said
+    assert took < EXIT_BOUND_S, took
+    # Ray's agents outlive their raylet by a minute unless the stop takes them along
+    assert left_alive(ray_tmpdir, within_s=10) == [], said
+    assert summary_of(out)["status"] == "stopped", summary_of(out)
