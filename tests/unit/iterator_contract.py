@@ -1,8 +1,11 @@
 """The contract every iterator stage passes (order, completeness, values, errors, shutdown).
 
 A stage is anything that wraps an iterable of batches and yields batches: the transfer feeder,
-prefetchers, collators. Subclass :class:`IteratorContract` in a ``Test*`` class and implement
-``build(source)``; pytest then runs every ``test_*`` method below against the stage. Methods use
+prefetchers, collators, and each stage of the feed chain (record into the cache, skip resumed
+ids, the composed chain). Subclass :class:`IteratorContract` in a ``Test*`` class and implement
+``build(source)``; pytest then runs every ``test_*`` method below against the stage. A stage
+that takes only Ray Data's numpy batches (equal-length columns with an ``id``) sets
+``columns_only``: it gets those, with every dtype, and no nested or tuple batches. Methods use
 no fixtures, so a self-test can call them on a deliberately broken stage and expect them to fail
 (a contract that cannot fail protects nothing).
 
@@ -71,6 +74,35 @@ def mixed_dtype_batch(i: int) -> dict[str, Any]:
     return batch
 
 
+def column_batch(i: int, rows: int = 4) -> dict[str, Any]:
+    """:func:`simple_batch` as Ray Data hands a batch over: columns of one length, with ids."""
+    return simple_batch(i, rows) | {"id": np.arange(i * rows, (i + 1) * rows, dtype=np.int64)}
+
+
+def mixed_column_batch(i: int) -> dict[str, Any]:
+    """:func:`mixed_dtype_batch`'s dtypes and special values as columns of one length (an image
+    column too), with ids."""
+    rows = 6
+    rng = np.random.default_rng(200 + i)
+    floats = rng.standard_normal(rows)
+    floats[:3] = [np.nan, -0.0, np.inf]
+    readonly = rng.integers(-5, 5, rows, dtype=np.int16)
+    readonly.flags.writeable = False
+    return {
+        "id": np.arange(i * rows, (i + 1) * rows, dtype=np.int64),
+        "image": rng.integers(0, 256, (rows, 3, 4, 4), dtype=np.uint8),
+        "bool": rng.random(rows) > 0.5,
+        "int8": np.array([-128, 127, i % 128, 0, 1, -1], dtype=np.int8),
+        "int16_readonly": readonly,
+        "int32": rng.integers(-2**31, 2**31 - 1, rows, dtype=np.int32),
+        "int64": np.array([-2**63, 2**63 - 1, i, 0, 1, -1], dtype=np.int64),
+        "float16": floats.astype(np.float16),
+        "float32": floats.astype(np.float32),
+        "float64": floats,
+        "noncontiguous": np.arange(rows * 8, dtype=np.float32).reshape(8, rows).T[:, ::2] + i,
+    }
+
+
 def counting_source(make, n: int, log: dict[str, Any]) -> Iterator[Any]:
     """A generator source that records how far it was read and whether it was closed."""
     log.update(produced=0, closed=False)
@@ -82,10 +114,10 @@ def counting_source(make, n: int, log: dict[str, Any]) -> Iterator[Any]:
         log["closed"] = True
 
 
-def failing_source(n_good: int) -> Iterator[Any]:
+def failing_source(n_good: int, make=simple_batch) -> Iterator[Any]:
     """Yields ``n_good`` batches, then raises ``ValueError`` from this function."""
     for i in range(n_good):
-        yield simple_batch(i)
+        yield make(i)
     raise ValueError(f"source broke after {n_good} batches")
 
 
@@ -134,6 +166,14 @@ class IteratorContract:
     supports_state: bool = False
     #: How long a stage's thread may take to exit after the consumer left.
     thread_exit_timeout_s: float = 5.0
+    #: The stage takes only Ray Data's numpy batches (the feed chain's stages).
+    columns_only: bool = False
+
+    def batch(self, i: int) -> Any:
+        return column_batch(i) if self.columns_only else simple_batch(i)
+
+    def mixed(self, i: int) -> Any:
+        return mixed_column_batch(i) if self.columns_only else mixed_dtype_batch(i)
 
     def build(self, source: Iterable[Any]) -> Iterable[Any]:
         raise NotImplementedError
@@ -145,7 +185,7 @@ class IteratorContract:
         return list(self.build(source))
 
     def test_order_and_completeness(self):
-        out = self._collect(simple_batch(i) for i in range(50))
+        out = self._collect(self.batch(i) for i in range(50))
         indices = [int(self.to_host(b["index"])[0]) for b in out]
         assert indices == list(range(50)), f"order/completeness broken: {indices}"
 
@@ -155,20 +195,24 @@ class IteratorContract:
     def test_values_bit_equal_and_stay_valid_after_iteration_moves_on(self):
         # Holding every batch, as a user logging them would, catches reuse of shared buffers.
         held = []
-        for i, batch in enumerate(self.build(mixed_dtype_batch(i) for i in range(12))):
-            assert_same_batch(mixed_dtype_batch(i), batch, self.to_host, f"batch {i} (fresh)")
+        for i, batch in enumerate(self.build(self.mixed(i) for i in range(12))):
+            assert_same_batch(self.mixed(i), batch, self.to_host, f"batch {i} (fresh)")
             held.append(batch)
         assert len(held) == 12
         for i, batch in enumerate(held):
-            assert_same_batch(mixed_dtype_batch(i), batch, self.to_host, f"batch {i} (held)")
+            assert_same_batch(self.mixed(i), batch, self.to_host, f"batch {i} (held)")
 
     def test_nested_structures(self):
+        if self.columns_only:
+            pytest.skip("the stage takes Ray Data's numpy batches (columns) only")
         out = self._collect(nested_batch(i) for i in range(6))
         assert len(out) == 6
         for i, batch in enumerate(out):
             assert_same_batch(nested_batch(i), batch, self.to_host, f"batch {i}")
 
     def test_tuple_batches(self):
+        if self.columns_only:
+            pytest.skip("the stage takes Ray Data's numpy batches (columns) only")
         source = ((simple_batch(i)["x"], simple_batch(i)["index"]) for i in range(5))
         out = self._collect(source)
         for i, batch in enumerate(out):
@@ -178,7 +222,7 @@ class IteratorContract:
     def test_producer_exception_surfaces_with_where_it_happened(self):
         got = []
         with pytest.raises(ValueError, match="source broke after 3 batches") as info:
-            for batch in self.build(failing_source(3)):
+            for batch in self.build(failing_source(3, self.batch)):
                 got.append(int(self.to_host(batch["index"])[0]))
         assert got == [0, 1, 2], "batches before the error must still arrive, in order"
         text = "".join(traceback.format_exception(info.value))
@@ -188,7 +232,7 @@ class IteratorContract:
     def test_early_break_frees_thread_and_closes_source(self):
         before = set(threading.enumerate())
         log: dict[str, Any] = {}
-        for i, _ in enumerate(self.build(counting_source(simple_batch, 1000, log))):
+        for i, _ in enumerate(self.build(counting_source(self.batch, 1000, log))):
             if i == 2:
                 break
         _assert_no_new_threads(before, self.thread_exit_timeout_s)
@@ -198,7 +242,7 @@ class IteratorContract:
     def test_dropping_a_started_iterator_frees_thread(self):
         before = set(threading.enumerate())
         log: dict[str, Any] = {}
-        stage = self.build(counting_source(simple_batch, 1000, log))
+        stage = self.build(counting_source(self.batch, 1000, log))
         it = iter(stage)
         next(it)
         del it, stage
@@ -208,11 +252,11 @@ class IteratorContract:
     def test_state_save_and_resume(self):
         if not self.supports_state:
             pytest.skip("stage keeps no state; resuming is the source's job")
-        stage = self.build(simple_batch(i) for i in range(20))
+        stage = self.build(self.batch(i) for i in range(20))
         it = iter(stage)
         head = [next(it) for _ in range(7)]
         state = stage.state_dict()
-        resumed = self.build(simple_batch(i) for i in range(20))
+        resumed = self.build(self.batch(i) for i in range(20))
         resumed.load_state_dict(state)
         tail = list(resumed)
         indices = [int(self.to_host(b["index"])[0]) for b in head + tail]
