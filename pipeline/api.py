@@ -28,6 +28,7 @@ from pipeline.data.sources import SourcePlan, skipped_warning
 from pipeline.errors import OutputWriteError, RunStopped
 from pipeline.job.breakdown import JobClock, append_to_report
 from pipeline.job.rundir import RunDir
+from pipeline.job.summary import RunSummary
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class RunResult:
     """What a finished run produced: its directory and summary (also ``summary.json``)."""
 
     output: Path
-    summary: dict[str, Any]
+    summary: RunSummary
     config: Config
 
 
@@ -160,8 +161,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
                     raise
                 except BaseException as exc:
                     full = OutputWriteError.find(exc, out)  # a full disk, said as such
-                    running = rundir.read_summary() or {}
-                    if running.get("status") == "running":  # the job did not say why itself
+                    running = rundir.read_summary()
+                    if running is not None and running.status == "running":  # not said why
                         status = "diverged" if isinstance(exc, NonFiniteLossError) else "failed"
                         with contextlib.suppress(OSError) if full else nullcontext():
                             rundir.write_summary(running | {
@@ -222,7 +223,7 @@ def resume_command(config: str | Path | dict | Config, sets: list[str] | tuple[s
 
 
 def _stopped(config: str | Path | dict | Config, sets: list[str], cfg: Config, rundir: RunDir,
-             address: str | None, summary: dict[str, Any] | None) -> RunStopped:
+             address: str | None, summary: RunSummary | None) -> RunStopped:
     """Write ``summary.json`` for a run stopped by a signal (unless it had finished and the stop
     came while Ray shut down) and return the :class:`RunStopped` to raise."""
     from pipeline.job.runner import last_checkpoint
@@ -231,19 +232,14 @@ def _stopped(config: str | Path | dict | Config, sets: list[str], cfg: Config, r
     out = rundir.path
     if summary is None:
         checkpoint = last_checkpoint(out)
-        summary = {
-            "status": "stopped",
-            "signal": signal.Signals(signum).name,
-            "name": cfg.run.name,
-            "epochs": cfg.train.epochs,
-            "epochs_done": checkpoint["epoch"] if checkpoint else 0,
+        summary = RunSummary(
+            status="stopped", signal=signal.Signals(signum).name, name=cfg.run.name,
+            epochs=cfg.train.epochs, epochs_done=checkpoint["epoch"] if checkpoint else 0,
             # the latest checkpoint Ray Train registered: the rerun resumes from it
-            "checkpoint": checkpoint["path"] if checkpoint else None,
-            "resumes_at": ({"epoch": checkpoint["epoch"] + 1, "after_step": checkpoint["step"]}
-                           if checkpoint else None),
-            "resume": resume_command(config, sets, out),
-            "ray_address": address,
-        }
+            checkpoint=checkpoint["path"] if checkpoint else None,
+            resumes_at=({"epoch": checkpoint["epoch"] + 1, "after_step": checkpoint["step"]}
+                        if checkpoint else None),
+            resume=resume_command(config, sets, out), ray_address=address)
         rundir.write_summary(summary)
     return RunStopped(signum, out, summary)
 
@@ -257,13 +253,13 @@ def _link_ray_logs(session: Any, out: Path) -> None:
         link.symlink_to(logs, target_is_directory=True)
 
 
-def _with_breakdown(summary: dict[str, Any], clock: JobClock, rundir: RunDir) -> dict[str, Any]:
+def _with_breakdown(summary: RunSummary, clock: JobClock, rundir: RunDir) -> RunSummary:
     """The run's wall time and throughput from its start to Ray's shutdown, and where the time
     went: into summary.json and report.md."""
     rows = clock.breakdown()
     wall = sum(r["seconds"] for r in rows)
     summary = summary | {"wall_seconds": wall, "breakdown": rows,
-                         "samples_per_second": summary["samples"] / wall if wall else 0.0}
+                         "samples_per_second": summary.samples / wall if wall else 0.0}
     rundir.write_summary(summary)
     append_to_report(rundir.path / "report.md", rows)
     return summary

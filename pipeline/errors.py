@@ -12,7 +12,7 @@ import contextlib
 import errno
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,7 @@ class RunStopped(KeyboardInterrupt):
     """``pipeline.run`` was stopped by a signal (Ctrl-C, SIGTERM: exit 130 / 143); ``summary``
     (also ``summary.json``) says where it stopped and how to resume."""
 
-    def __init__(self, signum: int, output: Path, summary: dict[str, Any]):
+    def __init__(self, signum: int, output: Path, summary: Mapping[str, Any]):
         super().__init__(f"stopped by {signal.Signals(signum).name}; run directory {output}")
         self.signum = signum
         self.output = output

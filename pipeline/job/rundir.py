@@ -27,6 +27,7 @@ import yaml
 from pipeline import jsonio
 from pipeline.config import ConfigError
 from pipeline.errors import FULL
+from pipeline.job.summary import RunSummary
 
 SUMMARY = "summary.json"
 CONFIG = "config.yaml"
@@ -96,25 +97,24 @@ class RunDir:
                 os.close(self._lock)
             self._lock = None
 
-    def read_summary(self) -> dict[str, Any] | None:
-        """``summary.json`` as a dict, or None when it is missing or unreadable."""
+    def read_summary(self) -> RunSummary | None:
+        """``summary.json``, or None when it is missing or unreadable."""
         try:
-            summary = json.loads(self.summary_path.read_text())
-        except (OSError, ValueError):
+            return RunSummary.from_dict(json.loads(self.summary_path.read_text()))
+        except (OSError, ValueError, TypeError, AttributeError):
             return None
-        return summary if isinstance(summary, dict) else None
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def write_summary(self, summary: RunSummary) -> None:
         """The one writer of ``summary.json`` (strict JSON, atomic). On a full disk, the file
         takes the new text in place (its block has room for a failed run's few more lines), so
         the summary still says why the run ended."""
         try:
-            jsonio.write(self.summary_path, summary, indent=2)
+            jsonio.write(self.summary_path, summary.as_dict(), indent=2)
         except OSError as exc:
             if exc.errno not in FULL or not self.summary_path.exists():
                 raise
             with open(self.summary_path, "r+") as fh:
-                fh.write(jsonio.dumps(summary, indent=2))
+                fh.write(jsonio.dumps(summary.as_dict(), indent=2))
                 fh.truncate()
 
     def write_config(self, settings: dict[str, Any]) -> list[str]:
@@ -145,11 +145,10 @@ class RunDir:
         rerun knows a killed one (the status stays ``running``) for what it is."""
         from pipeline.procfs import started
 
-        self.write_summary({
-            "status": "running", "name": name, "epochs": epochs,
-            "pid": os.getpid(), "pid_start": started(os.getpid()),
-            "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "resume": resume})
+        self.write_summary(RunSummary(
+            status="running", name=name, epochs=epochs, pid=os.getpid(),
+            pid_start=started(os.getpid()), host=socket.gethostname(),
+            started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), resume=resume))
 
     def write_stopped_at_once(self, signum: int) -> None:
         """A second signal stops the process at once (in its signal handler): a summary that
@@ -157,7 +156,7 @@ class RunDir:
         import signal
 
         summary = self.read_summary()
-        if summary is None or summary.get("status") != "running":
+        if summary is None or summary.status != "running":
             return
         name = signal.Signals(signum).name
         self.write_summary(summary | {
@@ -167,25 +166,25 @@ class RunDir:
 
     def _unreadable(self) -> str:
         try:
-            json.loads(self.summary_path.read_text())
+            data = json.loads(self.summary_path.read_text())
         except (OSError, ValueError) as exc:
             return f"{type(exc).__name__}: {exc}"
-        return "not a JSON object"
+        return "not a JSON object" if not isinstance(data, dict) else "it has no status"
 
-    def _resumes(self, previous: dict[str, Any], where: str) -> str:
+    def _resumes(self, previous: RunSummary, where: str) -> str:
         """What the earlier run in the folder was, and where this one resumes it; refused when
         it finished (a live one holds the lock and never reaches here)."""
-        status = previous.get("status")
+        status = previous.status
         if status == "succeeded":
             raise ConfigError([f"{where} already holds a finished run; choose another "
                                f"run.output"])
-        pid, host = previous.get("pid"), previous.get("host")
+        pid, host = previous.pid, previous.host
         if status == "running" and host == socket.gethostname() and _alive(pid, previous):
             raise ConfigError([_in_use(where, previous)])  # a run that holds no lock (NFS)
         how = {"running": f"ended without a word (process {pid} on {host} is gone: killed?)",
-               "stopped": f"was stopped by {previous.get('signal')}",
-               "failed": f"failed ({previous.get('error')})",
-               "diverged": f"diverged ({previous.get('error')})"}.get(
+               "stopped": f"was stopped by {previous.signal}",
+               "failed": f"failed ({previous.error})",
+               "diverged": f"diverged ({previous.error})"}.get(
             status, f"ended as {status!r}")
         from pipeline.job.runner import last_checkpoint
 
@@ -195,20 +194,20 @@ class RunDir:
         return f"{self.path}: the run there {how}; {resume}"
 
 
-def _in_use(where: str, previous: dict[str, Any] | None) -> str:
-    pid = (previous or {}).get("pid")
+def _in_use(where: str, previous: RunSummary | None) -> str:
+    pid = previous.pid if previous is not None else None
     if not pid:
         return f"{where} is in use by a run still going; wait for it or choose another run.output"
     return (f"{where} is in use by a run still going (process {pid}, started "
-            f"{previous.get('started')}); wait for it, stop it (kill -INT {pid}) or choose "
+            f"{previous.started}); wait for it, stop it (kill -INT {pid}) or choose "
             f"another run.output")
 
 
-def _alive(pid: Any, summary: dict[str, Any]) -> bool:
+def _alive(pid: Any, summary: RunSummary) -> bool:
     """The process a ``running`` summary names still runs (not another one under its pid)."""
     from pipeline.procfs import started
 
-    return isinstance(pid, int) and started(pid) == summary.get("pid_start")
+    return isinstance(pid, int) and started(pid) == summary.pid_start
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

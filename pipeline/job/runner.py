@@ -41,6 +41,7 @@ from pipeline.job.network import nccl_advice
 from pipeline.job.outputs import sum_transfer, write_profile
 from pipeline.job.progress import ProgressMonitor
 from pipeline.job.rundir import RunDir
+from pipeline.job.summary import RunSummary
 from pipeline.pool.controller import PoolController
 from pipeline.train.checkpoint import META_FILE
 from pipeline.train.loop import WorkerSpec, train_loop
@@ -197,7 +198,7 @@ class Job:
 def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
             clock: JobClock, show_progress: bool = True,
             source: tuple[SourcePlan, ReaderSpec] | None = None,
-            task: Any = None, datasets: Any = None) -> dict[str, Any]:
+            task: Any = None, datasets: Any = None) -> RunSummary:
     """Train ``config`` on the connected cluster; returns the summary (also in summary.json).
     ``clock`` gets the job's milestones; the caller adds Ray's shutdown and the breakdown.
     ``source`` is the data source the caller planned before starting Ray, if it did. ``task``
@@ -256,8 +257,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
         summary |= write_profile(config, output, monitor,
                                  device="cuda" if job.plan.use_gpu else "cpu",
                                  data_cpus=job.plan.data_cpus)
-        console.print(f"[bold]diagnosis[/]: {summary['diagnosis']['verdict']}")
-        for advice in summary["diagnosis"]["advice"]:
+        console.print(f"[bold]diagnosis[/]: {summary.diagnosis['verdict']}")
+        for advice in summary.diagnosis["advice"]:
             console.print(f"  - {advice}")
     try:
         check_bad_fraction(len(bad), job.data.num_train + job.data.num_val,
@@ -342,7 +343,7 @@ def _fit(job: Job, reporter: Any, quarantine: Any, monitor: ProgressMonitor,
 
 
 def _summary(job: Job, result: Any, monitor: ProgressMonitor, pool: PoolController | None,
-             bad: list[dict[str, Any]], *, ray_address: str, wall: float) -> dict[str, Any]:
+             bad: list[dict[str, Any]], *, ray_address: str, wall: float) -> RunSummary:
     """``summary.json``'s content: what the run did, the checkpoint copied beside it, and the
     accounting of every epoch (with those an earlier, stopped run into the folder finished)."""
     from pipeline.train.task import task_name
@@ -368,41 +369,41 @@ def _summary(job: Job, result: Any, monitor: ProgressMonitor, pool: PoolControll
                    | {"epoch": e} for e in delivered]
                   if data.train_ids is not None else [])
     write_delivered(output / "delivered.npz", delivered, resumed_ids)
-    return {
-        "status": "succeeded",
-        "name": config.run.name,
-        "epochs": config.train.epochs,
-        "samples": samples,
+    return RunSummary(
+        status="succeeded",
+        name=config.run.name,
+        epochs=config.train.epochs,
+        samples=samples,
         # what the user waited for: samples over the job's wall time, start-up included
         # (wall: to the end of fit; the caller sets its final value after Ray's shutdown)
-        "samples_per_second": samples / wall if wall else 0.0,
+        samples_per_second=samples / wall if wall else 0.0,
         # inside epochs, without each epoch's first-batch wait
-        "steady_samples_per_second": samples / steady_seconds if steady_seconds else 0.0,
-        "wall_seconds": wall,
-        "cache": final.get("cache"),
-        "num_workers": config.train.num_workers,
-        "task": task_name(job.task),
-        "val_accuracy": final.get("val_accuracy"),
+        steady_samples_per_second=samples / steady_seconds if steady_seconds else 0.0,
+        wall_seconds=wall,
+        cache=final.get("cache"),
+        num_workers=config.train.num_workers,
+        task=task_name(job.task),
+        val_accuracy=final.get("val_accuracy"),
         # the task's validation metrics (val_accuracy, val_samples for classification)
-        "val_metrics": {k: v for k, v in final.items() if k.startswith("val_")},
-        "train_loss": final.get("train_loss"),
-        "ray_address": ray_address,
-        "backend": job.backend,
-        "collective": {"backend": job.backend, "reason": job.backend_reason, **job.network,
-                       # what each worker applied of rank_plans (ranks.apply_rank_plan)
-                       "received": {str(r): p for r, p in sorted(monitor.nccl_received.items())},
-                       "probe": monitor.probe},
-        "transfer": sum_transfer(monitor.transfer),
-        "straggler": final.get("straggler"),
-        "plan": job.plan.as_dict(),
-        "autoscale": pool.summary() if pool is not None else {"enabled": False},
-        "data": {"origin": data.origin, "classes": list(data.classes),
-                 "num_train": data.num_train, "num_val": data.num_val},
-        "bad_samples": len(bad),
+        val_metrics={k: v for k, v in final.items() if k.startswith("val_")},
+        train_loss=final.get("train_loss"),
+        ray_address=ray_address,
+        backend=job.backend,
+        collective={"backend": job.backend, "reason": job.backend_reason, **job.network,
+                    # what each worker applied of rank_plans (ranks.apply_rank_plan)
+                    "received": {str(r): p for r, p in sorted(monitor.nccl_received.items())},
+                    "probe": monitor.probe},
+        transfer=sum_transfer(monitor.transfer),
+        straggler=final.get("straggler"),
+        plan=job.plan.as_dict(),
+        autoscale=pool.summary() if pool is not None else {"enabled": False},
+        data={"origin": data.origin, "classes": list(data.classes),
+              "num_train": data.num_train, "num_val": data.num_val},
+        bad_samples=len(bad),
         **skipped_fields(data.skipped),
-        "restarts": max(0, len(monitor.attempts) - 1),
-        "resumed_from": [a for a in monitor.attempts if a],
-        "accounting": accounting,
-        "exactly_once": _exactly_once(accounting, config.train.epochs),
-        "checkpoint": str(checkpoint_dir) if result.checkpoint is not None else None,
-    }
+        restarts=max(0, len(monitor.attempts) - 1),
+        resumed_from=[a for a in monitor.attempts if a],
+        accounting=accounting,
+        exactly_once=_exactly_once(accounting, config.train.epochs),
+        checkpoint=str(checkpoint_dir) if result.checkpoint is not None else None,
+    )

@@ -67,7 +67,7 @@ def main(output: str) -> None:
                    "node": (a.get("Address") or {}).get("NodeID")}
                   for a in ray._private.state.actors().values()]
         print("FEEDLINE-RESULT " + json.dumps({
-            "summary": result.summary, "actors": actors, "heavier_at": changed.get("t"),
+            "summary": dict(result.summary), "actors": actors, "heavier_at": changed.get("t"),
             "pre_nodes": [n.node_id for n in pre_nodes], "train_node": train_node.node_id}))
     finally:
         CONTROL.unlink(missing_ok=True)

@@ -67,8 +67,8 @@ def main(output: str, delay_s: float) -> None:
         if "error" in outcome:
             raise outcome["error"]
         batches = [line.split("\t") for line in NODE_LOG.read_text().splitlines()]
-        print("FEEDLINE-RESULT " + json.dumps({"summary": outcome["summary"], "events": events,
-                                               "batches": batches}))
+        print("FEEDLINE-RESULT " + json.dumps({"summary": dict(outcome["summary"]),
+                                               "events": events, "batches": batches}))
     finally:
         NODE_LOG.unlink(missing_ok=True)
         ray.shutdown()

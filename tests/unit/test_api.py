@@ -9,6 +9,7 @@ import pytest
 import pipeline
 from pipeline.config import ConfigError
 from pipeline.job.rundir import RunDir
+from pipeline.job.summary import RunSummary
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples/quickstart.yaml"
 
@@ -84,6 +85,7 @@ HOLD = """
 import sys
 from pathlib import Path
 from pipeline.job.rundir import RunDir
+from pipeline.job.summary import RunSummary
 with RunDir(Path(sys.argv[1])).claim():
     print("claimed", flush=True)
     sys.stdin.read()  # holds the folder until the test closes our stdin
@@ -133,11 +135,14 @@ def test_a_folder_of_someone_elses_files_is_refused(tmp_path):
 
 def test_summaries_are_strict_json(tmp_path):
     rundir = RunDir(tmp_path)
-    rundir.write_summary({"status": "diverged", "train_loss": float("nan"),
-                          "per_epoch": [1.0, float("inf")]})
+    rundir.write_summary(RunSummary(status="diverged", name="q", epochs=2,
+                                    train_loss=float("nan"),
+                                    val_metrics={"per_epoch": [1.0, float("inf")]}))
     text = (tmp_path / "summary.json").read_text()
     assert "NaN" not in text and "Infinity" not in text
-    assert json.loads(text) == {"status": "diverged", "train_loss": None, "per_epoch": [1.0, None]}
+    read = json.loads(text)
+    assert (read["train_loss"], read["val_metrics"]) == (None, {"per_epoch": [1.0, None]})
+    assert rundir.read_summary().status == "diverged"
 
 
 def test_a_task_that_cannot_be_imported_is_refused_before_ray_starts(tmp_path):
