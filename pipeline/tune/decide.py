@@ -54,6 +54,7 @@ class Change:
     key: str
     value: Any
     why: str = ""
+    together: str = ""  # changes that share it are tried in one trial (each alone does nothing)
 
     def as_set(self) -> str:
         """``data.concurrency=[1, 4]``: the ``--set`` form (JSON is valid YAML)."""
@@ -202,8 +203,12 @@ def untried(changes: Iterable[Change], current: Mapping[str, Any],
 
 def next_changes(changes: Iterable[Change], current: Mapping[str, Any],
                  rejected: Iterable[Change] = ()) -> tuple[Change, ...]:
-    """What the next trial applies: the first of :func:`untried` (empty when none is left)."""
-    return untried(changes, current, rejected)[:1]
+    """What the next trial applies: the first of :func:`untried`, with the untried changes that
+    go together with it (empty when none is left)."""
+    left = untried(changes, current, rejected)
+    if not left or not left[0].together:
+        return left[:1]
+    return tuple(c for c in left if c.together == left[0].together)
 
 
 def merged(kept: Sequence[Change], new: Sequence[Change]) -> tuple[Change, ...]:
@@ -272,7 +277,8 @@ def parse_changes(diagnosis: Mapping[str, Any],
             raise ValueError(f"diagnosis.changes: expected {{'key', 'value', 'why'}}, got "
                              f"{item!r}")
         changes.append(Change(key=str(item["key"]), value=item["value"],
-                              why=str(item.get("why", ""))))
+                              why=str(item.get("why", "")),
+                              together=str(item.get("together", ""))))
     return tuple(changes), "diagnosis"
 
 

@@ -57,9 +57,11 @@ def pct(value: float) -> str:
     return f"{round(value * 100):.0f}%"
 
 
-def change(key: str, value: Any, why: str) -> dict[str, Any]:
-    """One machine-readable change: lists for tuples, so it is JSON and ``--set`` ready."""
-    return {"key": key, "value": list(value) if isinstance(value, tuple) else value, "why": why}
+def change(key: str, value: Any, why: str, *, together: str = "") -> dict[str, Any]:
+    """One machine-readable change: lists for tuples, so it is JSON and ``--set`` ready.
+    Changes with the same ``together`` only help as one (``pipeline tune`` tries them so)."""
+    value = list(value) if isinstance(value, tuple) else value
+    return {"key": key, "value": value, "why": why, **({"together": together} if together else {})}
 
 
 def current(facts: Facts, key: str) -> Any:

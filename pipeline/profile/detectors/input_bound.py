@@ -144,13 +144,15 @@ def _within_budget(facts: Facts, high: int, target: int,
                f"the actors used {pct(cpu)} of a CPU while decoding: they wait (I/O, sleeps), so")
         remedies.append(f"{why}, set `data.cpus_per_actor` to {smaller:g}{also} so {actors} "
                         f"fit")
+        # more actors per CPU helps only with a max that lets the pool hold them: one change
         changes.append(change("data.cpus_per_actor", smaller,
                               f"{fits} actor(s) fit the plan's {cpus:g} preprocessing CPU(s); "
-                              f"{actors} at {smaller:g} CPU each"))
+                              f"{actors} at {smaller:g} CPU each", together="actors per CPU"))
         if high <= fits:
             low = current(facts, "data.concurrency")[0]
             changes.append(change("data.concurrency", [low, target],
-                                  f"{target} actors at {smaller:g} CPU each"))
+                                  f"{target} actors at {smaller:g} CPU each",
+                                  together="actors per CPU"))
     needed = math.ceil(actors * per_actor - cpus) if cpus is not None else None
     if needed:
         remedies.append(f"add CPU nodes with {needed} more CPU(s) for preprocessing "

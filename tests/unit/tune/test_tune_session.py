@@ -81,7 +81,8 @@ def test_keeps_what_helped_reverts_what_hurt_and_writes_tuned_yaml(tmp_path, scr
     report = json.loads((tmp_path / "tune" / "tune.json").read_text())
     assert [t["kept"] for t in report["trials"]] == [True, False]
     assert report["trials"][1]["ratio"] == pytest.approx(0.8)
-    assert report["kept"] == [{"key": "data.concurrency", "value": [1, 4], "why": "input-bound"}]
+    assert report["kept"] == [{"key": "data.concurrency", "value": [1, 4], "why": "input-bound",
+                               "together": ""}]
 
 
 def test_a_trial_applies_only_the_first_change_named(tmp_path, scripted):
