@@ -107,75 +107,114 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     :class:`~pipeline.errors.OutputWriteError` when the run folder's disk takes no more, and
     Ray Train's errors otherwise.
     """
-    from pipeline.cluster.session import ray_driver_log, ray_session
-    from pipeline.job.runner import run_job
+    clock = clock or JobClock(time.time())
+    console = console or Console(stderr=True, soft_wrap=True)
+    sets = [*sets, *(f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in overrides.items())]
+    request = _checked(config, sets, task, datasets, console)  # before Ray: fails in seconds
+    rundir = RunDir(output_dir(request.cfg))
+    # the folder is held until the run ends (no second run in it); a full disk is said as such
+    with rundir.claim() as found, OutputWriteError.converted(rundir.path):
+        _begin(request, rundir, found, console)  # the earlier run, config.yaml, "running"
+        clock.mark("entered")
+        summary = _launch(request, rundir, clock, console, show_progress, ray_logs)
+        clock.mark("ray_stopped")
+        summary = _with_breakdown(summary, clock, rundir)
+    return RunResult(output=rundir.path, summary=summary, config=request.cfg)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A run as asked for and checked on the driver, before Ray starts."""
+
+    config: str | Path | dict | Config  # as given (the resume command names a file)
+    sets: list[str]
+    cfg: Config
+    source: tuple[SourcePlan, ReaderSpec] | None
+    task: Any  # resolved
+    given_task: Any  # pipeline.run(task=...), or None
+    datasets: Any
+
+
+def _checked(config: str | Path | dict | Config, sets: list[str], task: Any, datasets: Any,
+             console: Console) -> _Request:
+    """The config, its data source and its task, each checked before Ray starts."""
     from pipeline.train.context import legacy_methods
-    from pipeline.train.step import NonFiniteLossError
     from pipeline.train.task import task_name
 
-    clock = clock or JobClock(time.time())
-    sets = [*sets, *(f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in overrides.items())]
     cfg = load_config(config, sets)
     if datasets is not None:
         cfg = with_datasets(cfg)
-    console = console or Console(stderr=True, soft_wrap=True)
-    source = check_source(cfg, console)  # before Ray: a bad data path fails in seconds
-    given, task = task, check_task(cfg, task)  # and a task that cannot be imported
-    for line in legacy_methods(task, task_name(task)):
+    source = check_source(cfg, console)
+    resolved = check_task(cfg, task)
+    for line in legacy_methods(resolved, task_name(resolved)):
         console.print(f"[yellow]warning[/]: {escape(line)}", highlight=False)
-    rundir = RunDir(output_dir(cfg))
-    out = rundir.path
-    # the folder is held until the run ends (no second run in it); a full disk is said as such
-    with rundir.claim() as found, OutputWriteError.converted(out):
-        if found:
-            _check_resumed_task(out, task)
-            console.print(f"[yellow]resume[/]: {escape(found)}", highlight=False)
-        changed = rundir.write_config(to_dict(cfg))
-        if changed:
-            console.print(f"[yellow]warning[/]: this run resumes with settings that differ from "
-                          f"the ones its checkpoints were made with (the earlier ones are kept "
-                          f"in config-*.yaml): {escape('; '.join(changed))}", highlight=False)
-        task_sets = _task_set(cfg, task, given)
-        resume = (resume_command(config, [*sets, *task_sets], out)
-                  if datasets is None and task_sets is not None else None)
-        rundir.write_running(cfg.run.name, cfg.train.epochs, resume)
-        clock.mark("entered")
-        address, summary = None, None
-        try:
-            with at_once(rundir.write_stopped_at_once), \
-                    (nullcontext() if ray_logs else ray_driver_log(out / "ray-driver.log")), \
-                    ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
-                                connect_timeout_s=cfg.run.connect_timeout_s,
-                                allocator=cfg.run.allocator, log_to_driver=ray_logs) as session:
-                clock.mark("ray_started")
-                address = session.address
-                console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
-                              f"writing {out.resolve()}")
-                _link_ray_logs(session, out)
-                try:
-                    summary = run_job(cfg, out, ray_address=session.address, console=console,
-                                      clock=clock, show_progress=show_progress, source=source,
-                                      task=task, datasets=datasets)
-                    clock.mark("outputs_done")
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as exc:
-                    full = OutputWriteError.find(exc, out)  # a full disk, said as such
-                    running = rundir.read_summary()
-                    if running is not None and running.status == "running":  # not said why
-                        status = "diverged" if isinstance(exc, NonFiniteLossError) else "failed"
-                        with contextlib.suppress(OSError) if full else nullcontext():
-                            rundir.write_summary(running | {
-                                "status": status,
-                                "error": f"{type(full or exc).__name__}: {full or exc}",
-                                "ray_address": session.address})
-                    raise
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM; what the run started has stopped by now
-            raise _stopped(config if datasets is None else cfg, sets, cfg, rundir, address,
-                           summary) from None
-        clock.mark("ray_stopped")
-        summary = _with_breakdown(summary, clock, rundir)
-    return RunResult(output=out, summary=summary, config=cfg)
+    return _Request(config=config, sets=sets, cfg=cfg, source=source, task=resolved,
+                    given_task=task, datasets=datasets)
+
+
+def _begin(request: _Request, rundir: RunDir, found: str | None, console: Console) -> None:
+    """Say what the folder held (a resumed run must train the same task), keep the run's
+    config (and the earlier segment's, when settings changed), and mark the run ``running``
+    with the command that resumes it."""
+    cfg, out = request.cfg, rundir.path
+    if found:
+        _check_resumed_task(out, request.task)
+        console.print(f"[yellow]resume[/]: {escape(found)}", highlight=False)
+    changed = rundir.write_config(to_dict(cfg))
+    if changed:
+        console.print(f"[yellow]warning[/]: this run resumes with settings that differ from "
+                      f"the ones its checkpoints were made with (the earlier ones are kept "
+                      f"in config-*.yaml): {escape('; '.join(changed))}", highlight=False)
+    task_sets = _task_set(cfg, request.task, request.given_task)
+    resume = (resume_command(request.config, [*request.sets, *task_sets], out)
+              if request.datasets is None and task_sets is not None else None)
+    rundir.write_running(cfg.run.name, cfg.train.epochs, resume)
+
+
+def _launch(request: _Request, rundir: RunDir, clock: JobClock, console: Console,
+            show_progress: bool, ray_logs: bool) -> RunSummary:
+    """Ray for the run's length (a local one it starts, or the cluster it joins) and the job
+    on it; a failure leaves a summary that says why, a stop one that says how to resume."""
+    from pipeline.cluster.session import ray_driver_log, ray_session
+    from pipeline.job.runner import run_job
+    from pipeline.train.step import NonFiniteLossError
+
+    cfg, out = request.cfg, rundir.path
+    address, summary = None, None
+    try:
+        with at_once(rundir.write_stopped_at_once), \
+                (nullcontext() if ray_logs else ray_driver_log(out / "ray-driver.log")), \
+                ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
+                            connect_timeout_s=cfg.run.connect_timeout_s,
+                            allocator=cfg.run.allocator, log_to_driver=ray_logs) as session:
+            clock.mark("ray_started")
+            address = session.address
+            console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "
+                          f"writing {out.resolve()}")
+            _link_ray_logs(session, out)
+            try:
+                summary = run_job(cfg, out, ray_address=session.address, console=console,
+                                  clock=clock, show_progress=show_progress,
+                                  source=request.source, task=request.task,
+                                  datasets=request.datasets)
+                clock.mark("outputs_done")
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                full = OutputWriteError.find(exc, out)  # a full disk, said as such
+                running = rundir.read_summary()
+                if running is not None and running.status == "running":  # not said why
+                    status = "diverged" if isinstance(exc, NonFiniteLossError) else "failed"
+                    with contextlib.suppress(OSError) if full else nullcontext():
+                        rundir.write_summary(running | {
+                            "status": status,
+                            "error": f"{type(full or exc).__name__}: {full or exc}",
+                            "ray_address": session.address})
+                raise
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM; what the run started has stopped by now
+        config = request.config if request.datasets is None else cfg
+        raise _stopped(config, request.sets, cfg, rundir, address, summary) from None
+    return summary
 
 
 def _task_set(cfg: Config, task: Any, given: Any) -> list[str] | None:
