@@ -18,6 +18,7 @@ from typing import Any
 
 #: the errors of a disk that takes no more: full, over quota, read-only
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+NEARLY_FULL = 64 * 2**20  # bytes free: a disk that refuses writes
 
 
 class ConfigError(ValueError):
@@ -59,8 +60,9 @@ class OutputWriteError(OSError):
             if isinstance(seen, cls):
                 return seen
             if isinstance(seen, OSError) and seen.errno in FULL:
-                return cls.of(seen, output)
-            if "No space left on device" in str(seen):  # a Train worker's, as Ray's text
+                if _here(seen.filename, output):
+                    return cls.of(seen, output)
+            elif "No space left on device" in str(seen) and _here(None, output):  # Ray's text
                 return cls.of(OSError(errno.ENOSPC, "No space left on device"), output)
             seen = seen.__cause__ or seen.__context__
         return None
@@ -90,6 +92,18 @@ class OutputWriteError(OSError):
 
     def __str__(self) -> str:
         return self.strerror or super().__str__()
+
+
+def _here(filename: Any, output: Path) -> bool:
+    """Whether a full disk is the run folder's: the file that failed is in it, or, when the
+    error does not say which file, the folder's disk has (next to) no room left. Another disk
+    (Ray spilling objects to a full /tmp) is not the run folder's to name."""
+    if filename:
+        return Path(str(filename)).resolve().is_relative_to(output.resolve())
+    try:
+        return shutil.disk_usage(output).free < NEARLY_FULL
+    except OSError:
+        return False
 
 
 class CollectiveTimeoutError(RuntimeError):
