@@ -33,7 +33,7 @@ def small_disk(tmp_path):
 
 def run(out: Path, address: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pipeline", "run", str(QUICKSTART),
-                           "--set", "train.epochs=2", "--address", address, "--output", str(out)],
+                           "--set", "train.epochs=1", "--address", address, "--output", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=240)
 
 
@@ -57,4 +57,4 @@ def test_a_full_disk_fails_the_run_in_one_line_and_a_rerun_with_room_resumes(sma
     assert "the run there failed (OutputWriteError" in " ".join(rerun.stderr.split())
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["exactly_once"] is True, summary
-    assert [a["epoch"] for a in summary["accounting"]] == [1, 2]
+    assert [a["epoch"] for a in summary["accounting"]] == [1]
