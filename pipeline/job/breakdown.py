@@ -72,7 +72,8 @@ def breakdown(marks: dict[str, float], epochs: list[dict[str, Any]],
         until("worker set-up (model, DDP, dataset shards)", epochs[0]["started_at"])
     for i, e in enumerate(epochs):
         if i:
-            until(f"between epochs {epochs[i - 1]['epoch']} and {e['epoch']}", e["started_at"])
+            before = epochs[i - 1]["epoch"]
+            until(f"epoch {before} to {e['epoch']} (between epochs)", e["started_at"])
         start_up = min(e["first_batch_seconds"], e["epoch_seconds"])
         rows.append((f"epoch {e['epoch']} start-up (first batch)", start_up))
         rows.append((f"epoch {e['epoch']} steady training", e["epoch_seconds"] - start_up))

@@ -32,7 +32,7 @@ def test_phases_are_consecutive_and_add_up_to_the_wall_time():
     assert seconds["epoch 1 start-up (first batch)"] == 6.0
     assert seconds["epoch 1 steady training"] == 4.0
     assert seconds["epoch 1 report, checkpoint and validation"] == 1.0
-    assert seconds["between epochs 1 and 2"] == 0.5
+    assert seconds["epoch 1 to 2 (between epochs)"] == 0.5
     assert seconds["epoch 2 start-up (first batch)"] == 0.01
     assert seconds["fit teardown (last checkpoint, link probe, worker group)"] == 4.0
     assert seconds["ray shutdown"] == 1.5
