@@ -153,7 +153,7 @@ class ProgressMonitor:
             self._on_closed(message)
         elif isinstance(message, LinkProbe):
             self.probe = asdict(message)
-        elif isinstance(message, ProfileTail):  # the last report and checkpoint, timeline
+        elif isinstance(message, ProfileTail):  # after the last epoch; the timeline
             self.profile_tails[message.rank] = message.profile
             if message.events:
                 self.events[message.rank] = message.events
