@@ -87,7 +87,7 @@ def check_task(config: Config, task: Any = None) -> Any:
 def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...] = (),
         console: Console | None = None, show_progress: bool = True,
         clock: JobClock | None = None, task: Any = None, datasets: Any = None,
-        ray_logs: bool = False, **overrides: Any) -> RunResult:
+        ray_logs: bool = False, hand_over: bool = False, **overrides: Any) -> RunResult:
     """Run a job. ``sets`` are CLI-style ``KEY=VALUE`` strings (values parsed as YAML);
     ``overrides`` use dotted keys (``**{"train.epochs": 3}``) or ``train__epochs=3``.
     ``clock`` times the run from its start (the CLI's starts at process start); by default
@@ -97,7 +97,8 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     replaces ``data.source``: the run's source becomes ``kind: ray``
     (:mod:`pipeline.data.sources.ray_dataset`). Ray's own log lines (its driver's, and its
     workers' output) go to the run directory unless ``ray_logs`` (the CLI's ``-v``) brings
-    them to the console.
+    them to the console. ``hand_over`` (the CLI, which exits right after): a local Ray is left
+    to its watchdog to stop (:func:`pipeline.cluster.session.exit_now`).
 
     Raises :class:`~pipeline.config.ConfigError` for a bad config or data that cannot train
     (checked before Ray starts),
@@ -116,7 +117,7 @@ def run(config: str | Path | dict | Config, *, sets: list[str] | tuple[str, ...]
     with rundir.claim() as found, OutputWriteError.converted(rundir.path):
         _begin(request, rundir, found, console)  # the earlier run, config.yaml, "running"
         clock.mark("entered")
-        summary = _launch(request, rundir, clock, console, show_progress, ray_logs)
+        summary = _launch(request, rundir, clock, console, show_progress, ray_logs, hand_over)
         clock.mark("ray_stopped")
         summary = _with_breakdown(summary, clock, rundir)
     return RunResult(output=rundir.path, summary=summary, config=request.cfg)
@@ -172,7 +173,7 @@ def _begin(request: _Request, rundir: RunDir, found: str | None, console: Consol
 
 
 def _launch(request: _Request, rundir: RunDir, clock: JobClock, console: Console,
-            show_progress: bool, ray_logs: bool) -> RunSummary:
+            show_progress: bool, ray_logs: bool, hand_over: bool) -> RunSummary:
     """Ray for the run's length (a local one it starts, or the cluster it joins) and the job
     on it; a failure leaves a summary that says why, a stop one that says how to resume."""
     from pipeline.cluster.session import ray_driver_log, ray_session
@@ -186,7 +187,8 @@ def _launch(request: _Request, rundir: RunDir, clock: JobClock, console: Console
                 (nullcontext() if ray_logs else ray_driver_log(out / "ray-driver.log")), \
                 ray_session(cfg.run.address, cfg.run.num_cpus, dashboard=cfg.run.dashboard,
                             connect_timeout_s=cfg.run.connect_timeout_s,
-                            allocator=cfg.run.allocator, log_to_driver=ray_logs) as session:
+                            allocator=cfg.run.allocator, log_to_driver=ray_logs,
+                            hand_over=hand_over) as session:
             clock.mark("ray_started")
             address = session.address
             console.print(f"[bold]ray[/]: {session.mode} cluster at {session.address}; "

@@ -65,10 +65,13 @@ def stopped_lines(summary: dict, signum: int, output: str) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pipeline.cluster.session import exit_now
     from pipeline.cluster.stop import stop_on_signals
 
     with stop_on_signals():  # up to the last line printed: a second Ctrl-C is always at once
-        return _run(args)
+        code = _run(args)
+    exit_now(code)  # a local Ray left to its watchdog: the prompt comes back now
+    return code
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -93,7 +96,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         # timed from process start: imports and Ray's start are part of what the user waits for
         result = run(args.config, sets=overrides, console=console,
-                     clock=JobClock(process_start()), ray_logs=getattr(args, "verbose", False))
+                     clock=JobClock(process_start()), ray_logs=getattr(args, "verbose", False),
+                     hand_over=True)
     except RunStopped as exc:
         first, *rest = stopped_lines(exc.summary, exc.signum, str(exc.output))
         console.print(f"[yellow]{escape(first)}[/]", highlight=False)

@@ -20,6 +20,7 @@ import ctypes.util
 import logging
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from pipeline.cluster.watchdog import OWNER, RayProcesses, terminate
 from pipeline.config import ConfigError
 
 logger = logging.getLogger(__name__)
+_HANDED: list[int] = []  # the watchdog this process handed its local Ray to
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,10 @@ def wait_for_gcs(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
 @contextmanager
 def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool = True,
                 log_to_driver: bool = False, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                allocator: str = "system") -> Iterator[RaySession]:
+                allocator: str = "system", hand_over: bool = False) -> Iterator[RaySession]:
     """Connect for the duration of the block; disconnect (or stop) only what this call started.
+    ``hand_over`` (a process that exits right after, with :func:`exit_now`): a local Ray the
+    block ended without an error is left to its watchdog to stop.
 
     Workers' output stays in Ray's log folder (``RaySession.logs``) unless ``log_to_driver``:
     the console shows Feedline's progress, results, warnings and errors, not Ray's chatter.
@@ -173,9 +177,28 @@ def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool 
     watchdog = start_watchdog(token) if mode == "local" else None
     try:
         yield RaySession(ray.get_runtime_context().gcs_address, mode)
-    finally:
+    except BaseException:
         ray.shutdown()
         stop_watchdog(watchdog)
+        raise
+    if hand_over and watchdog is not None:
+        # the run is done: its watchdog stops this Ray once the process has exited
+        # (:func:`exit_now`), so the user waits for neither Ray's shutdown nor its agents
+        watchdog.send_signal(signal.SIGUSR1)
+        _HANDED.append(watchdog.pid)
+        return
+    ray.shutdown()
+    stop_watchdog(watchdog)
+
+
+def exit_now(code: int) -> None:
+    """End this process with ``code`` at once when it handed its local Ray to the watchdog
+    (``ray_session(hand_over=True)``): Ray's own shutdown at exit is what it saves."""
+    if _HANDED:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _init(token: str | None = None, **kwargs) -> None:

@@ -15,11 +15,13 @@ SIGKILL after ``GRACE_S`` to those still there, and exits. A SIGTERM from the dr
 ``ray.shutdown``) releases it instead: it gives what ``ray.shutdown`` left running (Ray's
 agents outlive their raylet by seconds to minutes) ``LEAVE_S`` to go by itself, then
 terminates the rest the same way. So a driver that dies at any moment of its stop (a second
-Ctrl-C while it writes its summary) leaves nothing behind. The token finds what a process tree
-cannot: a worker the raylet was starting when the driver's death took the raylet along is an
-orphan, re-parented to init; the tree finds what the token cannot (an agent whose title
-overwrote its environment). What it did goes to stderr, which the session points at Ray's log
-folder. No Ray import: it must work while Ray is what is failing.
+Ctrl-C while it writes its summary) leaves nothing behind. A SIGUSR1 from the driver says its
+run is done and it exits without shutting Ray down (``pipeline run`` gives the prompt back at
+once): the watchdog stops that Ray once the driver is gone, as after a death. The token
+finds what a process tree cannot: a worker the raylet was starting when the driver's death
+took the raylet along is an orphan, re-parented to init; the tree finds what the token cannot
+(an agent whose title overwrote its environment). What it did goes to stderr, which the
+session points at Ray's log folder. No Ray import: it must work while Ray is what is failing.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ GRACE_S = 3.0
 LEAVE_S = 5.0
 
 _released: list[int] = []  # the driver's SIGTERM: it shut its Ray down itself
+_handed: list[int] = []  # the driver's SIGUSR1: its run is done; it exits, leaving its Ray here
 
 
 class RayProcesses:
@@ -133,6 +136,7 @@ def main(argv: list[str]) -> int:
     driver, token = int(argv[0]), argv[1]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the driver's death or SIGTERM ends it
     signal.signal(signal.SIGTERM, lambda signum, frame: _released.append(signum))
+    signal.signal(signal.SIGUSR1, lambda signum, frame: _handed.append(signum))
     ray = RayProcesses(token)
     # said once the handlers are in place and the first scan is done (tests wait for it)
     print(f"feedline watchdog: watching driver {driver} and the {len(ray.scan())} processes "
@@ -145,8 +149,10 @@ def main(argv: list[str]) -> int:
                   f"{driver}; terminated: {killed}", file=sys.stderr, flush=True)
         return 0
     killed = terminate(ray)
-    print(f"feedline watchdog: driver {driver} exited without stopping its Ray; "
-          f"terminated {len(killed)} processes: {killed}", file=sys.stderr, flush=True)
+    how = ("finished and left its Ray to the watchdog" if _handed
+           else "exited without stopping its Ray")
+    print(f"feedline watchdog: driver {driver} {how}; terminated {len(killed)} processes: "
+          f"{killed}", file=sys.stderr, flush=True)
     return 0
 
 

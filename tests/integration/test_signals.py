@@ -181,8 +181,12 @@ def test_ctrl_c_during_validation_keeps_the_epoch_and_the_printed_command_resume
     program, *argv = shlex.split(summary["resume"])
     rerun = subprocess.run([sys.executable, "-m", program, *argv], cwd=ROOT, text=True,
                            capture_output=True, timeout=300,
-                           env=os.environ | {"FEEDLINE_TEST_MARK": str(mark)})
+                           env=os.environ | {"FEEDLINE_TEST_MARK": str(mark), "RAY_TMPDIR":
+                                             ray_tmpdir})
     assert rerun.returncode == 0, rerun.stderr[-4000:]
+    # it gave the prompt back without waiting for Ray's shutdown: its watchdog stopped that Ray
+    assert left_alive(ray_tmpdir) == [], watchdog_said(ray_tmpdir)
+    assert "finished and left its Ray to the watchdog" in watchdog_said(ray_tmpdir)
     summary = summary_of(out)
     assert summary["status"] == "succeeded"
     [resumed] = summary["resumed_from"]

@@ -1,6 +1,7 @@
 """The local Ray's watchdog (real processes, real SIGKILL): when the driver dies, the processes
 that carry its Ray's token go, those that ignore SIGTERM and orphans included, and nothing
-else does; released by the driver after ``ray.shutdown``, it stops what outlived that.
+else does; released by the driver after ``ray.shutdown``, it stops what outlived that; handed
+the Ray by a driver that exits without shutting it down, it stops it once the driver is gone.
 
 Real ``python -m pipeline.cluster.watchdog`` processes that wait out their grace periods (seconds
 each), hence here rather than in the unit tests (tests/unit/cluster/test_watchdog.py tests its
@@ -122,6 +123,26 @@ def test_the_driver_killed_its_processes_go_within_seconds():
         assert f"driver {driver.pid} exited without stopping its Ray; terminated 3 processes" \
             in said, said
         assert all(b.poll() is None for b in bystanders)  # no token, or another run's
+    finally:
+        clean_up(*run)
+
+
+@pytest.mark.timeout(60)
+def test_handed_over_it_waits_for_the_driver_to_exit_then_stops_its_ray():
+    driver, ours, bystanders, watchdog = run = start_run("test-token-4")
+    try:
+        watching(watchdog)
+        watchdog.send_signal(signal.SIGUSR1)  # the run is done; the driver exits on its own
+        time.sleep(1.0)
+        assert watchdog.poll() is None and all(alive(p) for p in ours)  # not while it lives
+        driver.kill()
+        driver.wait()
+        assert wait_gone(ours, within_s=10) == []
+        assert watchdog.wait(timeout=10) == 0
+        said = watchdog.stderr.read()
+        assert f"driver {driver.pid} finished and left its Ray to the watchdog; terminated 3 " \
+               f"processes" in said, said
+        assert all(b.poll() is None for b in bystanders)
     finally:
         clean_up(*run)
 
