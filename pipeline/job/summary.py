@@ -89,7 +89,7 @@ class RunSummary(Mapping[str, Any]):
 
     def as_dict(self) -> dict[str, Any]:
         """The file's content: every field set, and the nulls the status calls for."""
-        always = (_ALWAYS["succeeded"] if self.samples is not None and self.status != "stopped"
+        always = (_FINISHED if self.samples is not None and self.status != "stopped"
                   else _ALWAYS.get(self.status, frozenset()))
         return {f.name: value for f in dataclasses.fields(self)
                 if (value := getattr(self, f.name)) is not None or f.name in always}

@@ -291,8 +291,8 @@ class Worker:
             self.epoch(epoch, resume.consumed if resumed else None)
         if self.prof.enabled:
             # The last epoch's report, checkpoint and validation (after its summary was sent):
-            # the training
-            # phase's tail; and the timeline (the last steps and the phases around them).
+            # the training phase's tail; and the timeline (the last steps and the phases around
+            # them).
             self.push(ProfileTail(rank=self.rank, events=self.prof.trace_events(),
                                   profile=self.prof.epoch_summary(
                                       epoch=self.spec.config.train.epochs)))
