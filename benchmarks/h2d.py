@@ -5,6 +5,7 @@ Torch only (no Ray), so it runs on a bare GPU machine (``benchmarks/gpu_check.sh
     python benchmarks/h2d.py                      # 256 KiB … 256 MiB, GB/s + compute overlap
     python benchmarks/h2d.py --quick              # small sizes, seconds on a laptop CPU
     python benchmarks/h2d.py --parts overlap      # only the overlap measurement
+    python benchmarks/h2d.py --parts handoff      # the pool's fixed cost per batch
     python benchmarks/h2d.py --json out.json      # also write the numbers as JSON
 
 Every method starts from fresh numpy arrays, as Ray Data hands them over, gets the same bytes
@@ -27,6 +28,14 @@ clock stops. Overlap: a matmul loop on the default stream as the consumer's comp
 about one pool copy per step; per method the time of the copies alone, of the compute alone and
 of both together, and ``overlap = (copy + compute − together) / min(copy, compute)``: 1 when the
 shorter of the two is hidden completely, 0 when they run one after the other.
+
+Hand-off: what the pool costs per batch beyond its copies (producer thread, queues, slot
+events, bookkeeping), on batches shaped as Feedline's (a uint8 image, an int64 label and id; 26
+KiB) so the copies themselves are nearly free. ``inline`` does the same copies on the consumer
+thread (a reused buffer per field, then the device copy); ``pool`` is the DeviceFeeder.
+Two numbers: with a consumer that only takes batches, pool − inline per batch (the whole cost,
+threads included); and with a consumer whose step holds the host for 1 ms without the GIL (as
+a GPU step does), the time the consumer spends inside ``next()`` per batch.
 
 On CPU the "device" is host memory: the pool does two memcpys (into staging, then out), there is
 no copy engine and the "overlap" is only what a second core can hide. The numbers are reported as
@@ -251,6 +260,87 @@ def overlap(nbytes: int, device, steps: int, n: int, trials: int) -> dict:
             "compute_ms_max": max(compute) * 1e3, "rows": rows}
 
 
+# ------------------------------------------------------------------------------- hand-off
+HANDOFF_BATCH = 32  # rows of a 3x16x16 uint8 image, an int64 label and id: 26 KiB
+
+
+def _feedline_batches(count: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    n = HANDOFF_BATCH
+    return [{"image": rng.integers(0, 255, (n, 3, 16, 16), dtype=np.uint8),
+             "label": rng.integers(0, 10, n), "id": np.arange(i * n, (i + 1) * n)}
+            for i in range(count)]
+
+
+def _inline(batches, device):
+    """The same copies on the consumer thread: a reused (pinned) buffer per field, then the
+    device copy on the current stream; a buffer is refilled once its last copy is done."""
+    cuda = device.type == "cuda"
+    buffers: list[dict[str, torch.Tensor]] = [{}, {}]
+    copied: list[torch.cuda.Event | None] = [None, None]
+    for i, batch in enumerate(batches):
+        k = i % 2
+        if copied[k] is not None:
+            copied[k].synchronize()
+        out = {}
+        for key, a in batch.items():
+            src = torch.from_numpy(a)
+            buf = buffers[k].get(key)
+            if buf is None:
+                buf = buffers[k][key] = torch.empty(src.shape, dtype=src.dtype, pin_memory=cuda)
+            buf.copy_(src)
+            out[key] = buf.to(device, non_blocking=True) if cuda else buf.clone()
+        if cuda:
+            copied[k] = copied[k] or torch.cuda.Event()
+            copied[k].record()
+        yield out
+
+
+def _pool_fields(batches, device):
+    yield from DeviceFeeder(batches, device=device, depth=2)
+
+
+def handoff(device, count: int, trials: int, step_ms: float = 1.0) -> dict:
+    batches = _feedline_batches(count)
+    methods = {"inline": _inline, "pool": _pool_fields}
+    for method in methods.values():  # warm up threads, allocators and caches
+        for _ in method(batches[:8], device):
+            pass
+    idle: dict[str, list[float]] = {m: [] for m in methods}
+    for t in range(trials):
+        for name in (list(methods) if t % 2 == 0 else list(methods)[::-1]):
+            _sync(device)
+            start = time.perf_counter()
+            for _ in methods[name](batches, device):
+                pass
+            _sync(device)
+            idle[name].append((time.perf_counter() - start) / count)
+    # A consumer busy with a 1 ms step that leaves the GIL (a GPU step's host side waits so):
+    # the producer is ahead, and what the consumer pays per batch is its time in next().
+    busy_steps = max(20, count // 20)
+    inside: list[float] = []
+    for _ in range(trials):
+        feeder = iter(DeviceFeeder(batches[:busy_steps], device=device, depth=2))
+        waits = []
+        while True:
+            start = time.perf_counter()
+            batch = next(feeder, None)
+            waits.append(time.perf_counter() - start)
+            if batch is None:
+                break
+            time.sleep(step_ms / 1e3)
+        inside.append(float(np.median(waits[1:-1])))
+    per = {m: _stats(v) for m, v in idle.items()}
+    paired = [p - i for p, i in zip(idle["pool"], idle["inline"], strict=True)]
+    return {"batch_bytes": sum(a.nbytes for a in batches[0].values()),
+            "fields": len(batches[0]), "batches": count, "trials": trials,
+            "idle_us": {m: {k: v * 1e6 for k, v in s.items()} for m, s in per.items()},
+            "handoff_us": (per["pool"]["median"] - per["inline"]["median"]) * 1e6,
+            "handoff_us_min": min(paired) * 1e6, "handoff_us_max": max(paired) * 1e6,
+            "busy_step_ms": step_ms,
+            "next_us_busy": {k: v * 1e6 for k, v in _stats(inside).items()}}
+
+
 # ------------------------------------------------------------------------------- report
 def _load() -> list[float] | None:
     try:
@@ -283,6 +373,19 @@ def markdown(result: dict) -> str:
             note = "" if pin is None else (" (pool pinned)" if pin else " (pool pageable)")
             lines.append(f"| {_size(nbytes)} | " + " | ".join(cells)
                          + f" | {rows['pool']['gbps'] / best:.2f}×{note} |")
+    if "handoff" in result:
+        ho = result["handoff"]
+        idle = ho["idle_us"]
+        lines += ["", f"Hand-off: {ho['batches']} batches of {ho['batch_bytes'] / KIB:.0f} KiB "
+                  f"({ho['fields']} fields), median of {ho['trials']} alternating trials:", "",
+                  "| | µs per batch (min–max) |", "|---|---:|",
+                  *(f"| {name}, consumer only takes batches | {v['median']:.1f} "
+                    f"({v['min']:.1f}–{v['max']:.1f}) |" for name, v in idle.items()),
+                  f"| **hand-off: pool − inline** | **{ho['handoff_us']:.1f}** "
+                  f"({ho['handoff_us_min']:.1f}–{ho['handoff_us_max']:.1f} paired) |",
+                  f"| pool, consumer's time in next() beside a {ho['busy_step_ms']:g} ms step | "
+                  f"{ho['next_us_busy']['median']:.1f} ({ho['next_us_busy']['min']:.1f}–"
+                  f"{ho['next_us_busy']['max']:.1f}) |"]
     if "overlap" in result:
         ov = result["overlap"]
         lines += ["", f"Copy/compute overlap: {_size(ov['batch_bytes'])} batches, {ov['steps']} "
@@ -311,15 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and few iterations")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    parser.add_argument("--parts", default="bandwidth,overlap",
-                        help="comma-separated: bandwidth, overlap")
+    parser.add_argument("--parts", default="bandwidth,overlap,handoff",
+                        help="comma-separated: bandwidth, overlap, handoff")
     parser.add_argument("--trials", type=int, default=5, help="rotated repetitions per number")
     parser.add_argument("--json", metavar="PATH", help="also write JSON here ('-' = stdout)")
     parser.add_argument("--md", metavar="PATH", help="also write the Markdown tables here")
     args = parser.parse_args(argv)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    if not parts or parts - {"bandwidth", "overlap"}:
-        parser.error(f"--parts ({args.parts!r}) must name bandwidth and/or overlap")
+    if not parts or parts - {"bandwidth", "overlap", "handoff"}:
+        parser.error(f"--parts ({args.parts!r}) must name bandwidth, overlap or handoff")
     choice = detect_device(args.device)
     device = choice.device
     quick, cuda = args.quick, device.type == "cuda"
@@ -335,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         n = (4096 if cuda else 256) if quick else (8192 if cuda else 512)
         result["overlap"] = overlap(1 * MIB if quick else 64 * MIB, device,
                                     steps=8 if quick else 40, n=n, trials=args.trials)
+    if "handoff" in parts:
+        result["handoff"] = handoff(device, count=500 if quick else 4000, trials=args.trials)
     text = markdown(result)
     print(text)
     if args.md:

@@ -133,10 +133,11 @@ class FeedChain:
 
 
 def _without(batches: Iterable[Batch], skip: np.ndarray) -> Iterator[Batch]:
-    """``batches`` less the rows whose id is in ``skip``; a batch left empty is dropped."""
+    """``batches`` less the rows whose id is in ``skip``; a batch left empty is dropped. A
+    replayed batch's rows are gathered here only when some of them go."""
     for batch in batches:
         keep = ~np.isin(batch["id"], skip)
         if keep.all():
             yield batch
         elif keep.any():
-            yield {k: v[keep] for k, v in batch.items()}
+            yield {k: np.asarray(v)[keep] for k, v in batch.items()}

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeline.transfer.rows import Rows
+
 Batch = dict[str, np.ndarray]
 SCOPES = ("global", "node", "rank")
 
@@ -100,23 +102,18 @@ def open_shard(shard: Shard) -> Batch:
     return {key: np.load(path, mmap_mode="r")[: shard.rows] for key, path in shard.files.items()}
 
 
-def replay(columns: Sequence[Batch], order: np.ndarray, *, batch_size: int) -> Iterator[Batch]:
-    """Batches of the rows ``order`` names in ``columns`` (the group's shards, end to end): one
-    gather per batch, straight into the batch's arrays. Each batch reads its rows in index
-    order (sequential reads); which rows share a batch is the permutation's."""
+def replay(columns: Sequence[Batch], order: np.ndarray, *,
+           batch_size: int) -> Iterator[dict[str, Rows]]:
+    """Batches of the rows ``order`` names in ``columns`` (the group's shards, end to end), each
+    field a :class:`~pipeline.transfer.rows.Rows`: the gather runs once, in the feeder, straight
+    into its staging slot. Each batch reads its rows in index order (sequential reads); which
+    rows share a batch is the permutation's."""
     counts = [len(next(iter(c.values()))) for c in columns]
     offsets = np.concatenate([[0], np.cumsum(counts)])
-    first = columns[0]
     for start in range(0, len(order), batch_size):
         idx = np.sort(order[start:start + batch_size])
         cuts = np.searchsorted(idx, offsets)  # where each shard's rows begin in idx
-        batch = {k: np.empty((len(idx), *v.shape[1:]), v.dtype) for k, v in first.items()}
-        for owner, source in enumerate(columns):
-            a, b = cuts[owner], cuts[owner + 1]
-            if a == b:
-                continue
-            local = idx[a:b] - offsets[owner]
-            for key, out in batch.items():
-                # mode="clip": indices are in range, and "raise" would gather into a buffer first
-                np.take(source[key], local, axis=0, out=out[a:b], mode="clip")
-        yield batch
+        parts = [(owner, idx[a:b] - offsets[owner])
+                 for owner, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)) if a < b]
+        yield {key: Rows([(columns[owner][key], local) for owner, local in parts])
+               for key in columns[0]}

@@ -19,15 +19,17 @@ Output tensors are fresh allocations (the caching allocator pools them, so stead
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from pipeline.transfer.staging import Slot
+from pipeline.transfer.staging import Slot, Staged
+
+# How long a producer waiting for its slot's copy polls without sleeping (see wait_reusable).
+_SPIN_S = 0.002
 
 
 class CpuOps:
@@ -49,22 +51,23 @@ class CpuOps:
         assert not pinned, "decide_pinning never pins for a CPU device"
         return torch.empty(nbytes, dtype=torch.uint8)
 
-    @contextlib.contextmanager
-    def copying(self, slot: Slot) -> Iterator[None]:
-        yield
+    def start_copies(self, slot: Slot) -> None:
+        """Nothing to mark on the CPU."""
 
-    def to_device(self, staged: torch.Tensor,
+    def end_copies(self, slot: Slot) -> None:
+        """Nothing to mark on the CPU."""
+
+    def to_device(self, staged: Staged,
                   convert: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
         """A tensor that owns its memory; a conversion already writes fresh memory."""
         if convert is not None:
-            return convert(staged)
-        out = torch.empty_like(staged, memory_format=torch.contiguous_format)
-        try:
-            # A plain memcpy in this thread. torch's own copy would start an OpenMP team in the
-            # producer thread that spins against the training loop's threads for the cores.
-            np.copyto(out.numpy(), staged.numpy())
-        except TypeError:  # dtypes numpy lacks (bfloat16): torch copies those
-            out.copy_(staged)
+            return convert(staged.tensor)
+        out = torch.empty_like(staged.tensor, memory_format=torch.contiguous_format)
+        if staged.array is None:  # dtypes numpy lacks (bfloat16): torch copies those
+            return out.copy_(staged.tensor)
+        # A plain memcpy in this thread. torch's own copy would start an OpenMP team in the
+        # producer thread that spins against the training loop's threads for the cores.
+        np.copyto(out.numpy(), staged.array)
         return out
 
     def wait_reusable(self, slot: Slot, timeout_s: float, stop: threading.Event) -> float:
@@ -85,50 +88,62 @@ class CudaOps:
         self._stream: torch.cuda.Stream | None = None
 
     def start_thread(self) -> None:
-        """Producer thread: bind the device (per thread in CUDA) and take the copy stream."""
+        """Producer thread: bind the device and make the copy stream this thread's current
+        stream (both are per thread in CUDA), once, instead of entering a stream context for
+        every batch."""
         torch.cuda.set_device(self.device)
         self._stream = _copy_stream(self.device)
+        torch.cuda.set_stream(self._stream)
 
     def allocate(self, nbytes: int, pinned: bool) -> torch.Tensor:
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
 
-    @contextlib.contextmanager
-    def copying(self, slot: Slot) -> Iterator[None]:
-        """Run the block's copies and conversions on the copy stream, bracketed by the events."""
+    def start_copies(self, slot: Slot) -> None:
+        """Before a batch's copies and conversions (queued on the copy stream, this thread's
+        current one): the slot's start event."""
         assert self._stream is not None, "start_thread() runs first"
         if slot.done is None:
             slot.start = torch.cuda.Event(enable_timing=True)
             slot.done = torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(self._stream):
-            slot.start.record(self._stream)
-            yield
-            slot.done.record(self._stream)
+        slot.start.record(self._stream)
+
+    def end_copies(self, slot: Slot) -> None:
+        """After them: the slot's done event, which ``wait_reusable`` and the consumer wait on."""
+        slot.done.record(self._stream)
         slot.timing_pending = True
 
-    def to_device(self, staged: torch.Tensor,
+    def to_device(self, staged: Staged,
                   convert: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-        # Allocated on the copy stream (current inside copying()); the consumer's record_stream
+        # Allocated on the copy stream (this thread's current one); the consumer's record_stream
         # keeps the block from being reused before its own work on it is done.
-        moved = staged.to(self.device, non_blocking=True)
+        moved = staged.tensor.to(self.device, non_blocking=True)
         return convert(moved) if convert is not None else moved
 
     def wait_reusable(self, slot: Slot, timeout_s: float, stop: threading.Event) -> float:
         """Wait until the slot's last copy finished; return that copy's device seconds.
 
-        Polls ``query()`` with backoff instead of ``synchronize()`` so the wait has a timeout
-        and notices ``stop``. In steady state the copy finished long ago and this returns at once.
+        Polls ``query()`` instead of ``synchronize()`` so the wait has a timeout and notices
+        ``stop``. In steady state the copy finished long ago and this returns at once. When the
+        link is the bottleneck the copy ends within microseconds of being asked for, and a
+        ``sleep`` (50 µs or more on Linux, whatever it is asked for) would add that much to
+        every batch: the first ``_SPIN_S`` only yield the GIL, then the pauses back off.
         """
         if slot.done is None or not slot.timing_pending:
             return 0.0
-        deadline = time.monotonic() + timeout_s
+        now = time.monotonic()
+        spin_until, deadline = now + _SPIN_S, now + timeout_s
         pause = 1e-5
         while not slot.done.query():
             if stop.is_set():
                 return 0.0
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise TimeoutError(
                     f"a host→device copy on {self.device} did not finish within {timeout_s} s; "
                     "the GPU may be hung or oversubscribed")
+            if now < spin_until:
+                time.sleep(0)  # gives up the GIL and the core, returns at once
+                continue
             time.sleep(pause)
             pause = min(pause * 2, 1e-3)
         slot.timing_pending = False

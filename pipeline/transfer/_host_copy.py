@@ -14,6 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from pipeline.transfer.rows import Rows
+from pipeline.transfer.staging import Staged
+
 # Below this a field is copied by the producer thread alone (thread hand-off costs more).
 PARALLEL_MIN_BYTES = 4 << 20
 _CHUNK_MIN_BYTES = 1 << 20
@@ -37,18 +40,27 @@ class HostCopier:
         self._name = name
         self._pool: ThreadPoolExecutor | None = None
 
-    def copy(self, dst: torch.Tensor, src: np.ndarray | torch.Tensor) -> None:
-        """Copy ``src`` into the contiguous staging view ``dst`` (same shape and dtype)."""
+    def copy(self, dst: Staged, src: np.ndarray | torch.Tensor | Rows) -> None:
+        """Copy ``src`` into the contiguous staging view ``dst`` (same shape and dtype); rows
+        to gather are gathered straight into it."""
         self.copies += 1
+        target = dst.array
         if isinstance(src, torch.Tensor):
-            try:
+            if target is not None:
                 # numpy views keep the copy in our threads (no OpenMP team in this thread).
                 src = src.detach().numpy()
-            except TypeError:  # dtypes numpy lacks (bfloat16): torch copies those
-                dst.copy_(src)
-                self._count(dst.numel() * dst.element_size())
+            else:  # dtypes numpy lacks (bfloat16): torch copies those
+                dst.tensor.copy_(src)
+                self._count(dst.tensor.numel() * dst.tensor.element_size())
                 return
-        target = dst.numpy()
+        if isinstance(src, Rows):
+            src.fill(target)
+            self._count(src.nbytes)
+            return
+        if self.threads <= 1 or src.nbytes < PARALLEL_MIN_BYTES:
+            np.copyto(target, src, casting="equiv")
+            self.bytes_copied += src.nbytes
+            return
         chunks = self._chunks(src)
         if len(chunks) == 1:
             np.copyto(target, src, casting="equiv")

@@ -2,7 +2,7 @@
 
 ::
 
-    source ──next()──► producer thread ──────────────────────────────► ready queue (≤ depth)
+    source ──next()──► producer thread ────────────────────────► ready queue (≤ depth + 1)
                         1 host copy: arrays → slot buffers (pool)        │
                         device copy on the copy stream, event "done"     ▼
     free slots ◄──────────────────────────────────── consumer next(): wait_event, record_stream
@@ -31,7 +31,8 @@ from pipeline.transfer._device_ops import CpuOps, CudaOps
 from pipeline.transfer._host_copy import HostCopier
 from pipeline.transfer._tree import Leaf, flatten, unflatten
 from pipeline.transfer.normalize import Uint8Normalize
-from pipeline.transfer.staging import Slot, StagingPool
+from pipeline.transfer.rows import Rows
+from pipeline.transfer.staging import Slot, Staged, StagingPool
 from pipeline.transfer.stats import TransferStats
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class Runtime:
                  pin_memory: bool | Literal["auto"], min_pin_bytes: int,
                  normalize: dict[str, Uint8Normalize], timeout_s: float, copy_threads: int,
                  stats: TransferStats, lock: threading.Lock, name: str):
-        self.where = "starting"
+        self._doing: tuple[Any, ...] = ("starting",)
         self._copier = HostCopier(copy_threads, timeout_s, name)
         self._ops = ops
         self._normalize = normalize
@@ -73,10 +74,14 @@ class Runtime:
         self._pool = StagingPool(depth + 1, allocate=ops.allocate, pin_memory=pin_memory,
                                  device_type=ops.device.type, min_pin_bytes=min_pin_bytes,
                                  stats=stats, lock=lock)
-        self._free: queue.Queue[Slot] = queue.Queue()
+        # C queues (SimpleQueue): a put never blocks and a get is a few hundred nanoseconds.
+        # The ring bounds both: the producer stages a batch only into a free slot, so at most
+        # depth + 1 batches are ever ready, the same bound as a ready queue of depth plus the
+        # batch the producer staged and holds.
+        self._free: queue.SimpleQueue[Slot] = queue.SimpleQueue()
         for slot in self._pool.slots:
             self._free.put(slot)
-        self._ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._closed = False
         self._stalled = False
@@ -89,12 +94,27 @@ class Runtime:
     def next_batch(self) -> Any:
         """The next device batch, or ``END``; re-raises the producer's error with its place."""
         started = time.perf_counter()
+        try:
+            item = self._ready.get_nowait()  # the steady state: the producer is ahead
+        except queue.Empty:
+            item = self._wait_ready()
+        waited = time.perf_counter() - started
+        if isinstance(item, _Failed):
+            _reraise(item, self._name)
+        if item is not END:
+            self._ops.hand_over(item.slot, item.tensors)
+            self._free.put(item.slot)
+        with self._lock:
+            self._stats.consumer_wait_s += waited
+            self._stats.batches += item is not END
+        return END if item is END else item.batch
+
+    def _wait_ready(self) -> Any:
         deadline = time.monotonic() + self._timeout_s
         while True:
             remaining = deadline - time.monotonic()
             try:
-                item = self._ready.get(timeout=max(min(_POLL_S, remaining), 0.0))
-                break
+                return self._ready.get(timeout=max(min(_POLL_S, remaining), 0.0))
             except queue.Empty:
                 if not self._thread.is_alive() and self._ready.empty():
                     raise RuntimeError(
@@ -106,18 +126,6 @@ class Runtime:
                         f"{self._name}: no batch for {self._timeout_s:g} s while the producer "
                         f"was {self.where}; the source is stalled or too slow (check the data "
                         "stage), or raise timeout_s") from None
-        waited = time.perf_counter() - started
-        if isinstance(item, _Failed):
-            _reraise(item, self._name)
-        with self._lock:
-            self._stats.consumer_wait_s += waited
-        if item is END:
-            return END
-        self._ops.hand_over(item.slot, item.tensors)
-        self._free.put(item.slot)
-        with self._lock:
-            self._stats.batches += 1
-        return item.batch
 
     def close(self) -> None:
         """Stop the producer, drop queued batches, join the thread (bounded). Idempotent."""
@@ -132,6 +140,12 @@ class Runtime:
                 logger.warning("%s: producer thread is still %s; it exits when that call "
                                "returns", self._name, self.where)
         self._drain()
+
+    @property
+    def where(self) -> str:
+        """What the producer is doing (formatted only when asked: errors and warnings)."""
+        what, *args = self._doing
+        return what.format(*args)
 
     @property
     def thread_alive(self) -> bool:
@@ -156,7 +170,7 @@ class Runtime:
         except BaseException as exc:  # noqa: BLE001 - every error travels to the consumer
             final = _Failed(exc, self.where)
         try:
-            self.where = "closing the source and releasing the staging pool"
+            self._doing = ("closing the source and releasing the staging pool",)
             self._finish(iterator)
         except BaseException as exc:  # noqa: BLE001
             if final is END:
@@ -164,25 +178,23 @@ class Runtime:
             else:
                 logger.warning("%s: %s failed after an earlier error: %r", self._name,
                                self.where, exc)
-        self._put(final)
+        self._ready.put(final)
 
     def _loop(self, iterator: Any) -> None:
         n = 0
         while not self._stop.is_set():
-            self.where = f"reading batch {n} from the source"
+            self._doing = ("reading batch {} from the source", n)
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
-            self.where = f"waiting for a free staging slot for batch {n}"
+            self._doing = ("waiting for a free staging slot for batch {}", n)
             slot = self._take_free_slot()
             if slot is None:
                 return
             device_s = self._ops.wait_reusable(slot, self._timeout_s, self._stop)
             ready = self._stage(slot, batch, n, device_s)
-            self.where = f"waiting for the consumer to take batch {n}"
-            if not self._put(ready):
-                return
+            self._ready.put(ready)
             # The consumer holds the batch now, and its last reference must drop in the
             # consumer's thread: the caching allocator records a freed tensor's stream uses in
             # the thread that frees it, and the per-thread default stream (cudaStreamPerThread)
@@ -193,47 +205,47 @@ class Runtime:
 
     def _stage(self, slot: Slot, batch: Any, n: int, device_s: float) -> _Ready:
         leaves, skeleton = flatten(batch)
-        missing = set(self._normalize) - {leaf.path for leaf in leaves}
+        normalize = self._normalize
+        missing = normalize and set(normalize) - {leaf.path for leaf in leaves}
         if missing:
             raise KeyError(
                 f"uint8_normalize names {sorted(missing)} but batch {n} has array fields "
                 f"{[leaf.path for leaf in leaves]}; fix the field names")
         total = sum(_nbytes(leaf.value) for leaf in leaves)
-        copies, copied = self._copier.copies, self._copier.bytes_copied
+        copier = self._copier
+        copies, copied = copier.copies, copier.bytes_copied
         started = time.perf_counter()
         staged = []
         for leaf in leaves:
-            self.where = f"copying field {leaf.path!r} of batch {n} into staging"
-            if leaf.path in self._normalize:
-                self._normalize[leaf.path].check(leaf.value)
+            self._doing = ("copying field {!r} of batch {} into staging", leaf.path, n)
+            if leaf.path in normalize:
+                normalize[leaf.path].check(leaf.value)
             staged.append(self._host_copy(slot, leaf, total))
         host_s = time.perf_counter() - started
-        self.where = f"copying batch {n} to {self._ops.device}"
-        outputs = []
-        with self._ops.copying(slot):
-            for leaf, view in zip(leaves, staged, strict=True):
-                outputs.append(self._ops.to_device(view, self._converter(leaf.path)))
+        self._doing = ("copying batch {} to {}", n, self._ops.device)
+        ops = self._ops
+        ops.start_copies(slot)
+        outputs = [ops.to_device(place, self._converter(leaf.path) if normalize else None)
+                   for leaf, place in zip(leaves, staged, strict=True)]
+        ops.end_copies(slot)
         wall_s = time.perf_counter() - started - host_s
         with self._lock:
             stats = self._stats
-            stats.host_copies += self._copier.copies - copies
-            stats.host_copy_bytes += self._copier.bytes_copied - copied
+            stats.host_copies += copier.copies - copies
+            stats.host_copy_bytes += copier.bytes_copied - copied
             stats.device_copies += len(outputs)
             stats.bytes += total
             stats.host_copy_s += host_s
-            stats.copy_s += host_s + device_s + (wall_s if self._ops.wall_clock_copies else 0.0)
+            stats.copy_s += host_s + device_s + (wall_s if ops.wall_clock_copies else 0.0)
         return _Ready(slot, unflatten(skeleton, outputs), outputs)
 
-    def _host_copy(self, slot: Slot, leaf: Leaf, batch_bytes: int) -> torch.Tensor:
+    def _host_copy(self, slot: Slot, leaf: Leaf, batch_bytes: int) -> Staged:
         """The one host copy of a field: straight from the caller's array into the slot."""
         value = leaf.value
-        if isinstance(value, np.ndarray):
-            view = self._pool.view(slot, leaf.path, _torch_dtype(value.dtype),
-                                   tuple(value.shape), batch_bytes)
-        else:
-            view = self._pool.view(slot, leaf.path, value.dtype, tuple(value.shape), batch_bytes)
-        self._copier.copy(view, value)
-        return view
+        dtype = value.dtype if isinstance(value, torch.Tensor) else _torch_dtype(value.dtype)
+        staged = self._pool.view(slot, leaf.path, dtype, tuple(value.shape), batch_bytes)
+        self._copier.copy(staged, value)
+        return staged
 
     def _converter(self, path: str):
         spec = self._normalize.get(path)
@@ -251,15 +263,6 @@ class Runtime:
             except queue.Empty:
                 continue
         return None
-
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._ready.put(item, timeout=_POLL_S)
-                return True
-            except queue.Full:
-                continue
-        return False
 
     def _finish(self, iterator: Any) -> None:
         """Close the source and free the pool once no copy reads it (producer thread)."""
@@ -286,10 +289,10 @@ def _reraise(failed: _Failed, name: str) -> None:
     raise RuntimeError(f"{note}: {exc!r}") from exc
 
 
-def _nbytes(value: np.ndarray | torch.Tensor) -> int:
-    if isinstance(value, np.ndarray):
-        return int(value.nbytes)
-    return value.numel() * value.element_size()
+def _nbytes(value: np.ndarray | torch.Tensor | Rows) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    return int(value.nbytes)
 
 
 _DTYPES: dict[np.dtype, torch.dtype] = {}

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline.transfer.rows import Rows
+
 # numpy kinds torch can hold: bool, signed, unsigned, float, complex.
 _NUMERIC_KINDS = frozenset("biufc")
 
@@ -24,11 +26,13 @@ class Leaf:
     """One array to move: its dotted path in the batch (e.g. ``inputs.image``) and the value."""
 
     path: str
-    value: np.ndarray | torch.Tensor
+    value: np.ndarray | torch.Tensor | Rows
 
 
 def is_movable(value: Any) -> bool:
-    """True for host arrays the feeder copies to the device."""
+    """True for host arrays (and rows to gather) the feeder copies to the device."""
+    if isinstance(value, Rows):
+        return True
     if isinstance(value, np.ndarray):
         return value.dtype.kind in _NUMERIC_KINDS
     if isinstance(value, torch.Tensor):
@@ -41,6 +45,9 @@ def flatten(batch: Any) -> tuple[list[Leaf], Any]:
 
     The skeleton is the batch with each movable leaf replaced by its index in the leaf list.
     """
+    if type(batch) is dict and all(map(is_movable, batch.values())):
+        # Ray Data's batches: a flat dict of arrays, the one shape worth a short cut
+        return [Leaf(str(k), v) for k, v in batch.items()], _Flat(tuple(batch))
     leaves: list[Leaf] = []
     skeleton = _flatten(batch, "", leaves)
     return leaves, skeleton
@@ -48,6 +55,8 @@ def flatten(batch: Any) -> tuple[list[Leaf], Any]:
 
 def unflatten(skeleton: Any, values: list[Any]) -> Any:
     """Rebuild the batch structure from ``flatten``'s skeleton with ``values`` as the leaves."""
+    if type(skeleton) is _Flat:
+        return dict(zip(skeleton.keys, values, strict=True))
     if isinstance(skeleton, _Slot):
         return values[skeleton.index]
     if isinstance(skeleton, dict):
@@ -65,6 +74,11 @@ def unflatten(skeleton: Any, values: list[Any]) -> Any:
 @dataclass(frozen=True)
 class _Slot:
     index: int
+
+
+@dataclass(frozen=True)
+class _Flat:
+    keys: tuple[Any, ...]
 
 
 def _flatten(node: Any, path: str, leaves: list[Leaf]) -> Any:

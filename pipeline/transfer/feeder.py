@@ -2,7 +2,9 @@
 
 Runs inside a Train worker (or any torch loop); never imports Ray. Per batch it does exactly
 one host copy, from the caller's arrays (what Ray Data's ``iter_batches(batch_format="numpy")``
-yields) straight into a reusable staging slot, then the device copy out of that slot: on CUDA a
+yields) straight into a reusable staging slot, or, for a field that is a
+:class:`~pipeline.transfer.rows.Rows` (a replayed epoch's rows), the gather itself into the
+slot; then the device copy out of that slot: on CUDA a
 ``non_blocking`` copy from page-locked memory on a dedicated copy stream, overlapping the
 consumer's compute; the consumer's stream waits on the slot's event and ``record_stream`` keeps
 the allocator from recycling a batch's memory before the consumer's work on it ran (see
@@ -50,10 +52,11 @@ NormalizeSpec = Mapping[str, tuple[Sequence[float], Sequence[float]]]
 class DeviceFeeder:
     """Iterate host batches as device batches (Train worker; not picklable; single pass).
 
-    Batches are dicts (possibly nested), tuples or lists of numpy arrays or CPU tensors;
-    the same structure comes out with numeric arrays as tensors on the device. Other leaves
-    (string ids, Python values) pass through unchanged. A yielded batch stays valid for as long
-    as the caller keeps it; it is ready to use on the stream that was current at ``next()``.
+    Batches are dicts (possibly nested), tuples or lists of numpy arrays, CPU tensors or
+    :class:`~pipeline.transfer.rows.Rows`; the same structure comes out with numeric arrays as
+    tensors on the device. Other leaves (string ids, Python values) pass through unchanged. A
+    yielded batch stays valid for as long as the caller keeps it; it is ready to use on the
+    stream that was current at ``next()``.
     """
 
     def __init__(self, batches: Iterable[Any], *, device: DeviceLike = None, depth: int = 2,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,10 +26,10 @@ class Uint8Normalize:
     mean: tuple[float, ...]
     std: tuple[float, ...]
 
-    def check(self, value: np.ndarray | torch.Tensor) -> None:
+    def check(self, value: Any) -> None:
         """Raise ``TypeError``/``ValueError`` naming the field when ``value`` does not fit."""
         dtype = value.dtype
-        is_uint8 = dtype == (np.uint8 if isinstance(value, np.ndarray) else torch.uint8)
+        is_uint8 = dtype == (torch.uint8 if isinstance(value, torch.Tensor) else np.uint8)
         if not is_uint8:
             raise TypeError(
                 f"uint8_normalize[{self.field!r}]: field is {dtype}, expected uint8; ship the "

@@ -20,11 +20,11 @@ costs more than it saves on a small copy.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-import numpy as np
 import torch
 
 from pipeline.transfer.stats import TransferStats
@@ -62,12 +62,22 @@ def format_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+class Staged(NamedTuple):
+    """One field's place in a slot: the tensor view, and the same memory as a numpy array
+    (None for dtypes numpy lacks), both made once per shape instead of once per batch."""
+
+    tensor: torch.Tensor
+    array: Any
+
+
 @dataclass
 class Slot:
     """One ring position: its buffers and (CUDA) the events that order reuse."""
 
     index: int
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    views: dict[str, tuple[torch.dtype, tuple[int, ...], Staged]] = field(default_factory=dict)
+    """The typed view each field had last time: a batch shaped as the last one reuses it."""
     start: Any = None
     """CUDA event recorded before this slot's device copies (None on CPU)."""
     done: Any = None
@@ -96,18 +106,29 @@ class StagingPool:
         self._last_reason = ""
 
     def view(self, slot: Slot, path: str, dtype: torch.dtype, shape: tuple[int, ...],
-             batch_bytes: int) -> torch.Tensor:
+             batch_bytes: int) -> Staged:
         """A typed, contiguous view of ``slot``'s buffer for ``path``, grown if too small."""
-        nbytes = _numel(shape) * dtype.itemsize
+        last = slot.views.get(path)
+        if last is not None and last[0] == dtype and last[1] == shape:
+            return last[2]
+        nbytes = math.prod(shape) * dtype.itemsize
         buf = slot.buffers.get(path)
         if buf is None or buf.numel() < nbytes:
             buf = self._grow(slot, path, nbytes, batch_bytes, replacing=buf)
-        return buf[:nbytes].view(dtype).view(shape)
+        tensor = buf[:nbytes].view(dtype).view(shape)
+        try:
+            array = tensor.numpy()
+        except TypeError:  # dtypes numpy lacks (bfloat16): torch copies those
+            array = None
+        staged = Staged(tensor, array)
+        slot.views[path] = (dtype, shape, staged)
+        return staged
 
     def release(self) -> None:
         """Drop every buffer (the caller makes sure no copy still reads them)."""
         for slot in self.slots:
             slot.buffers.clear()
+            slot.views.clear()
         with self._lock:
             self._stats.pool_bytes = 0
 
@@ -134,5 +155,3 @@ class StagingPool:
         return buf
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1

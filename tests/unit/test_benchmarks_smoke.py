@@ -21,10 +21,13 @@ def bench(tmp_path, script, *args):
 @pytest.mark.timeout(300)
 def test_h2d_reports_every_method(tmp_path):
     result = bench(tmp_path, "h2d.py", "--quick", "--device", "cpu", "--trials", "1",
-                   "--parts", "bandwidth")
+                   "--parts", "bandwidth,handoff")
     rows = result["bandwidth"]
     assert {r["method"] for r in rows} == {"pageable", "ray_style", "pinned_reuse", "pool"}
     assert all(r["gbps"] > 0 and r["batch_ms"] > 0 for r in rows)
+    handoff = result["handoff"]
+    assert set(handoff["idle_us"]) == {"inline", "pool"} and handoff["fields"] == 3
+    assert handoff["next_us_busy"]["median"] > 0
 
 
 @pytest.mark.timeout(300)

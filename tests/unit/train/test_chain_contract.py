@@ -8,6 +8,7 @@ import numpy as np
 
 from pipeline.train.cache import CacheDecision, SampleCache
 from pipeline.train.chain import FeedChain, FeedSpec, _without
+from pipeline.train.reshuffle import replay
 from pipeline.transfer.config import TransferConfig
 from tests.unit.iterator_contract import IteratorContract, assert_same_batch, mixed_column_batch
 
@@ -55,6 +56,13 @@ class TestSkipContract(IteratorContract):
         out = list(_without(iter(batches), np.array([1, 3, 4])))
         assert len(out) == 1
         assert out[0]["id"].tolist() == [0, 2] and out[0]["x"].tolist() == [0.0, 2.0]
+
+    def test_a_replayed_batch_loses_its_skipped_rows_too(self):
+        columns = [{"id": np.arange(10), "x": np.arange(10) * 2.0}]
+        replayed = replay(columns, np.array([7, 1, 4, 9, 0, 2]), batch_size=3)
+        out = list(_without(replayed, np.array([4, 9])))
+        assert [b["id"].tolist() for b in out] == [[1, 7], [0, 2]]
+        assert [np.asarray(b["x"]).tolist() for b in out] == [[2.0, 14.0], [0.0, 4.0]]
 
 
 class Shard:

@@ -76,13 +76,16 @@ def _pool(size=2, device_type="cpu"):
 def test_pool_reuses_a_buffer_across_dtypes_and_grows_only_when_needed():
     pool, stats, allocated = _pool()
     slot = pool.slots[0]
-    a = pool.view(slot, "x", torch.float32, (10, 10), 400)
+    a = pool.view(slot, "x", torch.float32, (10, 10), 400).tensor
     b = pool.view(slot, "x", torch.float64, (5, 10), 400)  # same bytes, other dtype
-    assert a.data_ptr() == b.data_ptr() and b.shape == (5, 10) and b.dtype == torch.float64
+    assert a.data_ptr() == b.tensor.data_ptr() == b.array.ctypes.data
+    assert b.tensor.shape == b.array.shape == (5, 10) and b.tensor.dtype == torch.float64
+    assert pool.view(slot, "x", torch.float64, (5, 10), 400) is b  # the same shape: kept
     assert stats.pool_allocations == 1 and stats.pool_grows == 0
-    c = pool.view(slot, "x", torch.uint8, (5000,), 5000)
+    c = pool.view(slot, "x", torch.uint8, (5000,), 5000).tensor
     assert c.numel() == 5000 and stats.pool_grows == 1 and stats.pool_allocations == 2
-    assert stats.pool_bytes == 8192 and [n for n, _ in allocated] == [4096, 8192]
+    assert pool.view(slot, "y", torch.bfloat16, (4,), 5008).array is None  # numpy lacks it
+    assert stats.pool_bytes == 12288 and [n for n, _ in allocated] == [4096, 8192, 4096]
     pool.release()
     assert stats.pool_bytes == 0 and not slot.buffers
 

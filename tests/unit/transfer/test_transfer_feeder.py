@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pipeline.transfer import DeviceFeeder, TransferConfig, TransferStats
+from pipeline.transfer.rows import Rows
 
 
 def _small(i):
@@ -59,6 +60,37 @@ def test_no_hidden_numpy_copy_of_the_data():
         tracemalloc.stop()
     assert len(out) == 6 and torch.equal(out[5]["b"], torch.from_numpy(field))
     assert peak - base < field.nbytes // 4, f"a numpy-side copy happened ({peak - base} B)"
+
+
+@pytest.mark.timeout(30)
+def test_rows_of_a_replayed_epoch_are_gathered_straight_into_staging():
+    # A replayed batch (pipeline.train.reshuffle.replay) names rows of two ranks' cached
+    # columns; the feeder gathers them into its staging slot: the one host copy, no gathered
+    # numpy batch between the cache and staging.
+    mine = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    peer = -mine
+    picks = [np.sort(np.random.default_rng(i).choice(4096, 1024, replace=False))
+             for i in range(8)]
+    batches = [{"x": Rows([(mine, p), (peer, p[::2])]), "id": Rows([(p, np.arange(len(p)))])}
+               for p in picks]
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base, _ = tracemalloc.get_traced_memory()
+        out = list(DeviceFeeder(batches, device="cpu", depth=2))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    field = 1536 * 64 * 4
+    assert peak - base < field // 4, f"a numpy-side copy happened ({peak - base} B)"
+    for batch, p in zip(out, picks, strict=True):
+        assert torch.equal(batch["x"], torch.from_numpy(np.concatenate([mine[p], -mine[p[::2]]])))
+        assert batch["id"].tolist() == p.tolist()
+    fed = DeviceFeeder(batches, device="cpu")
+    list(fed)
+    stats = fed.stats
+    assert stats.host_copies == 16 and stats.host_copy_bytes == stats.bytes == 8 * (
+        field + 1024 * 8)
 
 
 @pytest.mark.timeout(30)
