@@ -12,13 +12,13 @@ import pytest
 
 import pipeline
 from pipeline.config import ConfigError
-from tests.integration.tasks_for_tests import (
-    PositionTask,
+from tests.integration.datasets_for_tests import (
     broken_rows,
     narrower_rows,
     position_rows,
     write_position_rows,
 )
+from tests.integration.tasks_for_tests import PositionTask
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"

@@ -24,7 +24,9 @@ What the ids keep depends on the dataset:
 
 Planning makes one pass over the ids (and labels) on the driver: the sample counts, the
 training ids for the accounting and the classes. Ray Data reads only those columns where the
-source can (parquet), but a dataset with its own maps runs them once more for this pass.
+source can (parquet), but a dataset with its own maps runs them once more for this pass. Rows
+Feedline numbers are counted on the user's dataset as it is (their ids are their positions), so
+the numbering actor first starts with the first epoch, not while planning.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -111,9 +113,10 @@ def _split(block: pa.Table, val_fraction: float, seed: int, want_val: bool) -> p
     return block.filter(pa.array(mask))
 
 
-def with_ids(ds: Any, val: bool = False) -> Any:
+def with_ids(ds: Any, val: bool = False) -> tuple[Any, Any]:
     """``ds`` with an int64 ``id`` column: its own (checked) or the row positions (from
-    ``VAL_IDS`` for a validation dataset)."""
+    ``VAL_IDS`` for a validation dataset); and the result's schema, known without running
+    the numbering actor (it appends one int64 column)."""
     import ray.data
 
     schema = _schema(ds, "validation" if val else "training")
@@ -123,14 +126,22 @@ def with_ids(ds: Any, val: bool = False) -> Any:
             raise ConfigError([f"{FIELD}: the dataset's 'id' column is {kind}; ids must be "
                                f"unique integers (rename the column to let Feedline number "
                                f"the rows)"])
-        return ds
+        return ds, schema
     ds.context.execution_options.preserve_order = True
     with warnings.catch_warnings():  # Ray 2.60 deprecates these two (removed in 2.64) but
         warnings.simplefilter("ignore", DeprecationWarning)  # names no replacement for them
-        return ds.map_batches(_ValPositions if val else _Positions, batch_size=None,
-                              batch_format="pyarrow", zero_copy_batch=True, num_cpus=0,
-                              compute=ray.data.ActorPoolStrategy(size=1), max_restarts=0,
-                              allow_out_of_order_execution=False)
+        numbered = ds.map_batches(_ValPositions if val else _Positions, batch_size=None,
+                                  batch_format="pyarrow", zero_copy_batch=True, num_cpus=0,
+                                  compute=ray.data.ActorPoolStrategy(size=1), max_restarts=0,
+                                  allow_out_of_order_execution=False)
+    return numbered, _Schema([*schema.names, "id"], [*schema.types, pa.int64()])
+
+
+class _Schema(NamedTuple):
+    """The two things planning reads of a schema (Ray's ``Schema`` has these names too)."""
+
+    names: list[str]
+    types: list[Any]
 
 
 def _columns(ds: Any, names: list[str]) -> dict[str, np.ndarray]:
@@ -140,6 +151,17 @@ def _columns(ds: Any, names: list[str]) -> dict[str, np.ndarray]:
         for name in names:
             parts[name].append(np.asarray(batch[name]))
     return {n: np.concatenate(p) if p else np.empty(0, np.int64) for n, p in parts.items()}
+
+
+def _ids_and_labels(given: Any, numbered: Any, labels: bool, first: int) -> dict[str, np.ndarray]:
+    """Every row's id (and label) in one pass. Rows Feedline numbers are counted on the
+    user's dataset itself, their ids being their positions: no numbering actor starts."""
+    if numbered is given:
+        return _columns(given, ["id", *(["label"] if labels else [])])
+    if labels:
+        seen = _columns(given, ["label"])
+        return {"id": first + np.arange(len(seen["label"]), dtype=np.int64)} | seen
+    return {"id": first + np.arange(given.count(), dtype=np.int64)}
 
 
 def _input(source: RaySource, names: list[str]) -> str:
@@ -191,10 +213,9 @@ def _planning(step: Any, doing: str) -> Any:
                           ) from None
 
 
-def _same_rows(train: Any, val: Any, names: list[str]) -> None:
+def _same_rows(ours_schema: Any, theirs_schema: Any, names: list[str]) -> None:
     """Refuse, before any training, a validation dataset whose rows the task could not read as
     it reads the training rows: a column missing, or of another type or shape."""
-    theirs_schema, ours_schema = _schema(val, "validation"), _schema(train, "training")
     theirs = dict(zip(theirs_schema.names, theirs_schema.types, strict=True))
     ours = dict(zip(ours_schema.names, ours_schema.types, strict=True))
     errors = [f"{FIELD}: the validation dataset has no {n!r} column (the training dataset's "
@@ -207,9 +228,8 @@ def _same_rows(train: Any, val: Any, names: list[str]) -> None:
         raise ConfigError(errors)
 
 
-def row_shapes(ds: Any) -> dict[str, tuple[tuple[int, ...], int]]:
-    """``column -> (per-row shape, bytes per row)`` from the dataset's schema."""
-    schema = _schema(ds, "training")
+def row_shapes(schema: Any) -> dict[str, tuple[tuple[int, ...], int]]:
+    """``column -> (per-row shape, bytes per row)`` from the training dataset's schema."""
     out = {}
     for name, kind in zip(schema.names, schema.types, strict=True):
         shape = tuple(getattr(kind, "shape", ()) or ())  # Ray's tensor columns have one
@@ -231,18 +251,19 @@ def plan_ray(config: DataConfig, given: Any = None) -> dict[str, Any]:
     """The fields of a :class:`~pipeline.data.dataset.DataPlan` for a user's dataset."""
     source = config.source
     datasets, origin = user_datasets(source, given)
-    train = with_ids(datasets["train"])
+    train, schema = with_ids(datasets["train"])
     numbered = train is not datasets["train"]  # with_ids returns a dataset with its own ids
-    shapes = row_shapes(train)
+    shapes = row_shapes(schema)
     field = _input(source, list(shapes))
-    wanted = ["id", *(["label"] if "label" in shapes else [])]
-    seen = _planning(lambda: _columns(train, wanted), "counting its rows")
+    labels = "label" in shapes
+    seen = _planning(lambda: _ids_and_labels(datasets["train"], train, labels, _Positions.FIRST),
+                     "counting its rows")
     ids = seen["id"]
     if "val" in datasets:
-        val = with_ids(datasets["val"], val=True)
-        _same_rows(train, val, [field, *(["label"] if "label" in shapes else [])])
+        val, val_schema = with_ids(datasets["val"], val=True)
+        _same_rows(schema, val_schema, [field, *(["label"] if labels else [])])
         numbered = numbered or val is not datasets["val"]
-        train_ids, num_val = ids, _planning(val.count, "counting the validation rows")
+        train_ids, num_val = ids, _planning(datasets["val"].count, "counting the validation rows")
     elif config.val_fraction > 0:
         is_val = validation_mask(ids, config.val_fraction, config.seed)
         train_ids, num_val = ids[~is_val], int(is_val.sum())
