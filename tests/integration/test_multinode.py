@@ -33,7 +33,11 @@ def test_each_stage_runs_on_its_own_nodes(multinode):
     assert {a["node"] for a in trainers} == {report["train_node"]}
     summary = report["summary"]
     assert summary["status"] == "succeeded" and summary["exactly_once"]
-    assert summary["samples"] == 4 * summary["data"]["num_train"]
+    accounting = summary["accounting"]
+    assert [a["epoch"] for a in accounting] == [1, 2, 3, 4]
+    for epoch in accounting:  # every row but the equal split's remainder, once an epoch
+        assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]
+    assert summary["samples"] == sum(a["unique"] for a in accounting)
     assert summary["plan"]["data_cpus"] == 4  # both preprocessing nodes, no training CPUs taken
 
 
