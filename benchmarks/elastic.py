@@ -1,13 +1,14 @@
 """The decode pool controller (``data.autoscale``) vs Ray Data's own pool autoscaling vs fixed
 pools, on one injected workload.
 
-    python benchmarks/elastic.py [--reps 2] [--epochs 3] [--fixed 2 4 6 8]
+    python benchmarks/elastic.py [--reps 2] [--epochs 3] [--fixed 2 4 6 8] [--cache memory]
                                  [--save NAME]   # → benchmarks/results/NAME-<date>.md/.json
 
 The workload is examples/quickstart.yaml (1,797 real digits, two Train workers) with a sleep
 per decoded sample (25 ms: one actor decodes 40 samples/s) and one per training step (150 ms
 per 16 samples per rank: the trainers eat about 150 samples/s), no replay of decoded samples
-(``data.cache: off``: every epoch decodes), half a CPU per decode actor. Sleeps, so more actors
+(``data.cache: off``: every epoch decodes; ``--cache memory``: only the first does, a short
+job's case), half a CPU per decode actor. Sleeps, so more actors
 than cores still help and the trainers' pace does not depend on the decode actors' CPU.
 Arms, in one Ray session (``--num-cpus`` logical CPUs, 8 as the integration tests), the order
 rotated each repetition:
@@ -43,8 +44,8 @@ sys.path.insert(0, str(ROOT))  # Ray workers inherit the driver's path: the inje
 from tests.integration.elastic_transforms import CONTROL, set_costs  # noqa: E402
 
 DECODE_S, STEP_S = 0.025, 0.15
-CASE = ["train.batch_size=16", "train.cpus_per_worker=1", 'data.cache="off"',
-        "data.val_fraction=0.05", "data.decode_batch_size=16", "data.cpus_per_actor=0.5",
+CASE = ["train.batch_size=16", "train.cpus_per_worker=1", "data.val_fraction=0.05",
+        "data.decode_batch_size=16", "data.cpus_per_actor=0.5",
         "data.transform=tests.integration.elastic_transforms:injected",
         "train.model=tests.integration.elastic_transforms:paced_cnn", "collective.probe=false"]
 
@@ -64,11 +65,12 @@ def fed_after(samples: list[dict]) -> float | None:
     return None if fed is None else fed["t"] - training[0]["t"]
 
 
-def measure(sets: list[str], epochs: int, out: Path) -> dict:
+def measure(sets: list[str], epochs: int, cache: str, out: Path) -> dict:
     import pipeline
 
     result = pipeline.run(ROOT / "examples" / "quickstart.yaml", show_progress=False,
-                          sets=[*CASE, *sets, f"train.epochs={epochs}", f"run.output={out}"])
+                          sets=[*CASE, *sets, f'data.cache="{cache}"', f"train.epochs={epochs}",
+                          f"run.output={out}"])
     s = result.summary
     rates = [r["samples_per_second"] for r in map(json.loads, (out / "metrics.jsonl")
                                                   .read_text().splitlines())
@@ -100,8 +102,9 @@ def render(rows: dict[str, list[dict]], args: argparse.Namespace) -> str:
     lines = [f"# Decode pool sizing: controller vs Ray Data's autoscaling vs fixed pools "
              f"({date.today()})", "",
              f"`python benchmarks/elastic.py --reps {args.reps} --epochs {args.epochs} "
-             f"--fixed {' '.join(map(str, args.fixed))}`; {DECODE_S * 1e3:.0f} ms injected per "
-             f"decoded sample, {STEP_S * 1e3:.0f} ms per training step, cache off, "
+             f"--fixed {' '.join(map(str, args.fixed))} --cache {args.cache}`; "
+             f"{DECODE_S * 1e3:.0f} ms injected per decoded sample, {STEP_S * 1e3:.0f} ms per "
+             f"training step, data.cache {args.cache}, "
              f"{args.num_cpus} logical CPUs on this machine; medians of {args.reps} "
              f"repetition(s). Best fixed pool: **{best}**.", "",
              "| arm | samples/s (wall) | vs best fixed | steady samples/s | data wait | "
@@ -124,6 +127,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--fixed", type=int, nargs="+", default=[2, 4, 6, 8])
     parser.add_argument("--num-cpus", type=int, default=8)
+    parser.add_argument("--cache", default="off", choices=["off", "memory"],
+                        help="off: every epoch decodes; memory: only the first (a short job)")
     parser.add_argument("--save", default="")
     args = parser.parse_args()
     import ray
@@ -139,7 +144,8 @@ def main() -> None:
                 order = names[rep % len(names):] + names[:rep % len(names)]
                 for arm in order:
                     start = time.time()
-                    row = measure(table[arm], args.epochs, Path(tmp) / f"{rep}-{arm}")
+                    row = measure(table[arm], args.epochs, args.cache,
+                                  Path(tmp) / f"{rep}-{arm}")
                     rows[arm].append(row)
                     print(f"rep {rep + 1}/{args.reps} {arm}: {row['samples_per_s']:.1f} "
                           f"samples/s, wait {row['data_wait'] or 0:.1%}, fed after "
