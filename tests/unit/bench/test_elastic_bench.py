@@ -29,7 +29,7 @@ def test_the_table_compares_every_arm_with_the_best_fixed_pool():
                 "actor_s": actors * 40.0, "decisions": [], "exactly_once": True}
     rows = {"fixed 2": [row(40.0, None, 2)], "fixed 4": [row(50.0, 8.0, 4), row(52.0, 6.0, 4)],
             "ray": [row(49.0, 4.0, 8)], "controller": [row(48.0, 14.0, 5)]}
-    args = argparse.Namespace(reps=2, epochs=3, fixed=[2, 4], num_cpus=8)
+    args = argparse.Namespace(reps=2, epochs=3, fixed=[2, 4], num_cpus=8, cache="off")
     text = bench.render(rows, args)
     assert "Best fixed pool: **fixed 4**" in text
     assert "| controller | 48.0 | 0.94 |" in text  # 48 / median(50, 52)
