@@ -38,11 +38,9 @@ class EpochProgress:
 
 @dataclass(frozen=True)
 class RankWait:
-    """One rank's data wait and step time since its last pulse: what the decode pool's
-    controller sizes the pool by. ``epoch_done`` (from 1) ends an epoch's training pass;
-    ``first_batch``: the pulse is an epoch's first step alone, whose wait is the pipeline's
-    start as much as its pace (the controller reads it only where its decode actors were busy,
-    never in an epoch's totals)."""
+    """One rank's data wait and step time since its last pulse (first batches left out): what
+    the decode pool's controller sizes the pool by. ``epoch_done`` (from 1) ends an epoch's
+    training pass."""
 
     rank: int
     wait_s: float
@@ -50,7 +48,6 @@ class RankWait:
     steps: int
     t: float  # Unix time sent
     epoch_done: int | None = None
-    first_batch: bool = False
 
 
 @dataclass(frozen=True)

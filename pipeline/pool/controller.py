@@ -88,8 +88,6 @@ class PoolController:
         with self._lock:
             self._pulses.append(pulse)
             if isinstance(pulse, RankWait):
-                if pulse.first_batch:  # the window reads it; an epoch's totals never do
-                    return
                 got = self._epoch_waits.setdefault(pulse.rank, [0.0, 0.0])
                 got[0] += pulse.wait_s
                 got[1] += pulse.step_s
@@ -121,11 +119,8 @@ class PoolController:
         for p in pulses:
             if isinstance(p, RankWait):
                 got = waits.setdefault(p.rank, [0.0, 0.0])
-                # an epoch's first batch: only the part of its wait inside the window (a
-                # wait that began before it says nothing about the actors in it)
-                inside = p.t - start if p.first_batch else float("inf")
-                got[0] += min(p.wait_s, inside)
-                got[1] += min(p.step_s, inside)
+                got[0] += p.wait_s
+                got[1] += p.step_s
                 steps += p.steps
             else:
                 busy[p.actor] = busy.get(p.actor, 0.0) + p.busy_s
@@ -153,7 +148,8 @@ class PoolController:
         if self._full_at is None and window.actors >= holds:
             self._full_at = now
         decision = decide(window, size=self.size, low=self.low, high=self.high,
-                          since_change_s=now - self._changed, cooldown_s=self._cooldown_s(),
+                          since_change_s=now - self._changed,
+                          cooldown_s=self.config.autoscale_cooldown_s,
                           settled_s=now - self._full_at if self._full_at else 0.0)
         if decision.size != self.size:
             self._change(decision, now, wait=window.wait, busy=window.busy,
@@ -176,16 +172,11 @@ class PoolController:
         wait = max((w / s for w, s in waits.values() if s > 0), default=0.0)
         train_s = max((s for _, s in waits.values()), default=0.0)
         decision = decide_epoch(EpochTotals(wait=wait, work_s=work, train_s=train_s),
-                                size=self.size, low=self.low,
-                                since_change_s=now - self._changed, cooldown_s=self._cooldown_s())
+                                size=self.size, low=self.low, since_change_s=now - self._changed,
+                                cooldown_s=self.config.autoscale_cooldown_s)
         if decision.size != self.size:
             self._change(decision, now, wait=wait, busy=work / (train_s * self.size),
                          actors=self.size)
-
-    def _cooldown_s(self) -> float:
-        """``data.autoscale_cooldown_s`` once the pool has changed; none before: the start is
-        not a change to let settle (the settle rule still waits for the first actors)."""
-        return self.config.autoscale_cooldown_s if self.decisions else 0.0
 
     def _change(self, decision: Any, now: float, *, wait: float, busy: float,
                 actors: int) -> None:

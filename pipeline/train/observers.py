@@ -153,7 +153,7 @@ class Progress(Observer):
 class PoolPulse(Observer):
     """This rank's wait for its batches, about once a second and at the end of each pass, for
     the decode pool's controller (``data.autoscale``). The first step of an epoch waits for the
-    pipeline's start as much as for its pace: it goes alone, marked ``first_batch``."""
+    pipeline's start, not its pace: it is left out."""
 
     def __init__(self, push: Callable[[Message], Any], rank: int,
                  unix: Callable[[], float] = time.time) -> None:
@@ -166,8 +166,6 @@ class PoolPulse(Observer):
 
     def on_step(self, step: Step) -> None:
         if step.index == 1:
-            self.push(RankWait(rank=self.rank, wait_s=step.waited, step_s=step.seconds, steps=1,
-                               t=self.unix(), first_batch=True))
             self._reset(step.now)
             return
         self._wait += step.waited

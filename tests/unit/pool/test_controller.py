@@ -102,36 +102,3 @@ def test_a_grow_the_cpus_cannot_hold_says_so(tmp_path, T0, monkeypatch):
                                      "data.cpus_per_actor 1 (the diagnosis says what can work)")
     [line] = (tmp_path / "m.jsonl").read_text().splitlines()
     assert json.loads(line)["held_by_cpus"] == 1
-
-
-def test_a_first_batch_that_waited_on_busy_actors_grows_the_pool_at_once(tmp_path, T0,
-                                                                           monkeypatch):
-    """Issue 29: one decode actor busy from the start, both ranks' first batch arriving after
-    5.9 s of waiting. Before, first batches were left out of the window (no steps in it: hold)
-    and the cooldown counted from the controller's start; now that wait is the evidence, and the
-    pool grows as soon as its one actor has decoded for the settle window."""
-    import pipeline.pool.controller as controller
-
-    monkeypatch.setattr(controller, "pool_cpus", lambda placement: 8.0)
-    config = load_config({"data": {"concurrency": [1, 8], "autoscale_cooldown_s": 10,
-                                   "placement": {"labels": {"role": "pre"}}}}).data
-    limits = []
-    board = SimpleNamespace(set_pool_cpus=SimpleNamespace(remote=limits.append))
-    pool = PoolController(config, board=board, run="t", metrics_path=tmp_path / "m.jsonl",
-                          console=Quiet(), world_size=2, act=True)
-    pool._changed = T0 - 5  # the controller started with the run, 5 s before the actor
-    for i in range(6):  # the actor decodes from T0 on (a pulse a second)
-        pool.observe(DecodeBusy(actor="a", busy_s=0.95, t=T0 + 1 + i))
-        pool.tick(T0 + 1.05 + i)
-    assert pool.decisions == []  # no step yet: nothing to judge
-    for rank in (0, 1):
-        pool.observe(RankWait(rank=rank, wait_s=5.9, step_s=6.0, steps=1, t=T0 + 6.2,
-                              first_batch=True))
-    for t in (7, 8):  # the actor is still busy
-        pool.observe(DecodeBusy(actor="a", busy_s=0.95, t=T0 + t))
-    pool.tick(T0 + 8.2)
-    [grow] = pool.decisions
-    assert (grow["action"], grow["size_before"], grow["size_after"]) == ("grow", 1, 4)
-    assert grow["wait_before"] == 1.0 and limits[-1] == 4.0
-    # an epoch's totals never count a first batch's wait (shrinking judges the steady pace)
-    assert pool._epoch_waits == {}
