@@ -57,15 +57,11 @@ class HostCopier:
             src.fill(target)
             self._count(src.nbytes)
             return
-        if self.threads <= 1 or src.nbytes < PARALLEL_MIN_BYTES:
-            np.copyto(target, src, casting="equiv")
-            self.bytes_copied += src.nbytes
-            return
-        chunks = self._chunks(src)
-        if len(chunks) == 1:
+        if self.threads <= 1 or src.nbytes < PARALLEL_MIN_BYTES or src.ndim == 0:
             np.copyto(target, src, casting="equiv")
             self._count(src.nbytes)
             return
+        chunks = self._chunks(src)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads - 1,
                                             thread_name_prefix=f"{self._name}-copy")
@@ -85,8 +81,6 @@ class HostCopier:
             self._pool = None
 
     def _chunks(self, src: np.ndarray) -> list[tuple[int, int]]:
-        if self.threads <= 1 or src.nbytes < PARALLEL_MIN_BYTES or src.ndim == 0:
-            return [(0, src.shape[0] if src.ndim else 0)]
         rows = src.shape[0]
         count = min(self.threads, rows, max(1, src.nbytes // _CHUNK_MIN_BYTES))
         bounds = [rows * i // count for i in range(count + 1)]

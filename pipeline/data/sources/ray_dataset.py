@@ -153,15 +153,15 @@ def _columns(ds: Any, names: list[str]) -> dict[str, np.ndarray]:
     return {n: np.concatenate(p) if p else np.empty(0, np.int64) for n, p in parts.items()}
 
 
-def _ids_and_labels(given: Any, numbered: Any, labels: bool, first: int) -> dict[str, np.ndarray]:
+def _ids_and_labels(given: Any, numbered: Any, labels: bool) -> dict[str, np.ndarray]:
     """Every row's id (and label) in one pass. Rows Feedline numbers are counted on the
     user's dataset itself, their ids being their positions: no numbering actor starts."""
     if numbered is given:
         return _columns(given, ["id", *(["label"] if labels else [])])
     if labels:
         seen = _columns(given, ["label"])
-        return {"id": first + np.arange(len(seen["label"]), dtype=np.int64)} | seen
-    return {"id": first + np.arange(given.count(), dtype=np.int64)}
+        return {"id": _Positions.FIRST + np.arange(len(seen["label"]), dtype=np.int64)} | seen
+    return {"id": _Positions.FIRST + np.arange(given.count(), dtype=np.int64)}
 
 
 def _input(source: RaySource, names: list[str]) -> str:
@@ -256,7 +256,7 @@ def plan_ray(config: DataConfig, given: Any = None) -> dict[str, Any]:
     shapes = row_shapes(schema)
     field = _input(source, list(shapes))
     labels = "label" in shapes
-    seen = _planning(lambda: _ids_and_labels(datasets["train"], train, labels, _Positions.FIRST),
+    seen = _planning(lambda: _ids_and_labels(datasets["train"], train, labels),
                      "counting its rows")
     ids = seen["id"]
     if "val" in datasets:
