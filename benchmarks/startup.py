@@ -11,6 +11,9 @@ startup_concurrency    ``RAY_worker_maximum_startup_concurrency=8``: Ray starts 
                        ``min(cores, num_cpus)`` at a time (2 here); Ray Train starts ~11
 no_worker_env          the Train workers get no ``runtime_env`` (Feedline's NCCL/gloo env vars):
                        a worker with a runtime env never reuses a prestarted one (Ray #47212)
+torch_in_controller    as before 2026-12-06's change: Ray's ``TorchConfig`` and the worker spec
+                       itself in ``train_loop_config``, so Ray Train's controller imports torch
+                       (``pipeline.job.torch_backend``) before it starts a worker
 =====================  =========================================================================
 
 ::
@@ -40,6 +43,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no_worker_env": {"patch": (
         "import pipeline.job.runner as r; t = r._trainer\n"
         "r._trainer = lambda c, p, d, s, env, *a, **k: t(c, p, d, s, {}, *a, **k)\n")},
+    "torch_in_controller": {"patch": (
+        "import ray, pipeline.job.abortable as a\nfrom ray.train.torch import TorchConfig\n"
+        "i = a.AbortableTrainer.__init__\n"
+        "def init(self, *args, torch_config, train_loop_config, **k):\n"
+        "    spec = ray.get(train_loop_config['spec'])  # the controller unpickles it again\n"
+        "    i(self, *args, torch_config=TorchConfig(backend=torch_config.backend,\n"
+        "      timeout_s=torch_config.timeout_s), train_loop_config=train_loop_config\n"
+        "      | {'unpickled': spec}, **k)\n"
+        "a.AbortableTrainer.__init__ = init\n")},
 }
 #: the breakdown's rows (``summary.json``), grouped as issue 29 reports them, by prefix
 PHASES = {"imports": "imports and config", "ray start": "ray start",
@@ -105,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--save", action="store_true",
-                        help="write benchmarks/results/startup-DATE.{json,md}")
+                        help="write benchmarks/results/startup-DATE[-TAG].{json,md}")
+    parser.add_argument("--tag", default="", help="a name for the saved results")
     args = parser.parse_args(argv)
     runs = []
     with tempfile.TemporaryDirectory(prefix="feedline-startup-") as tmp:
@@ -122,12 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.save:
         day = time.strftime("%Y-%m-%d")
+        name = f"startup-{day}" + (f"-{args.tag}" if args.tag else "")
         results = ROOT / "benchmarks" / "results"
-        (results / f"startup-{day}.json").write_text(json.dumps(
+        (results / f"{name}.json").write_text(json.dumps(
             {"config": args.config, "sets": args.sets, "rounds": args.rounds, "runs": runs,
              "cores": os.cpu_count()}, indent=2))
         command = "python benchmarks/startup.py " + " ".join(argv or sys.argv[1:])
-        (results / f"startup-{day}.md").write_text(
+        (results / f"{name}.md").write_text(
             f"# Start-up levers (issue 29), {day}\n\n`{command}` on {os.cpu_count()} cores; "
             f"`pipeline run` of {Path(args.config).name} with {', '.join(args.sets)}, each "
             f"variant in its own process with its own local Ray, rotated over "

@@ -81,11 +81,12 @@ def _controller_poll(seconds: float):
 def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpec,
              env: dict[str, str], backend: str, output: Path, board: Any):
     """The Ray Train ``TorchTrainer`` for this job: workers, placement, failures, data budget."""
+    import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig
 
     from pipeline.job.abortable import AbortableTrainer
     from pipeline.job.split import EveryValidationRow
+    from pipeline.job.torch_backend import TorchBackendConfig
 
     train = config.train
     if train.deterministic and plan.use_gpu:  # cuBLAS needs this for deterministic matmuls
@@ -93,8 +94,11 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
     datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
     return AbortableTrainer(
         train_loop,
-        train_loop_config={"spec": spec},
-        torch_config=TorchConfig(backend=backend, timeout_s=int(config.collective.timeout_s)),
+        # a reference: Ray Train's controller keeps the loop's config, and unpickling the spec
+        # (its task, pipeline.train.loop) would import torch there, before any worker starts
+        train_loop_config={"spec": ray.put(spec)},
+        torch_config=TorchBackendConfig(backend=backend,
+                                        timeout_s=int(config.collective.timeout_s)),
         scaling_config=ScalingConfig(
             num_workers=train.num_workers, use_gpu=plan.use_gpu,
             resources_per_worker={"CPU": train.cpus_per_worker, **train.placement.resources},

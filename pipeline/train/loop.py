@@ -377,12 +377,12 @@ class Worker:
 
 
 def train_loop(loop_config: dict[str, Any]) -> None:
-    """Entry point given to ``TorchTrainer``; ``loop_config = {"spec": WorkerSpec}``. Builds
-    this rank's parts from Ray Train's context and runs them (:class:`Worker`)."""
+    """Entry point given to ``TorchTrainer``; ``loop_config = {"spec": ObjectRef[WorkerSpec]}``.
+    Builds this rank's parts from Ray Train's context and runs them (:class:`Worker`)."""
     import ray.train
 
     marks = {"process_start": process_start(), "entered": time.time()}
-    spec: WorkerSpec = loop_config["spec"]
+    spec: WorkerSpec = ray.get(loop_config["spec"])
     cfg = spec.config
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
