@@ -1,6 +1,8 @@
 """The run's quarantine: where preprocessing workers on any node send the samples they dropped.
 
-One small Ray actor per run, placed with the driver (0 CPUs). Workers send records
+The records live in a small Ray actor placed with the driver (0 CPUs): a ``pipeline run``'s
+inbox (:class:`pipeline.job.inbox.RunInbox` holds them, one actor process fewer per run), or a
+:class:`QuarantineLog` of its own for :func:`pipeline.batches`. Workers send records
 fire-and-forget; the driver reads them back to write ``quarantine.jsonl``, count bad samples and
 enforce ``data.max_bad_fraction``.
 """
@@ -14,9 +16,8 @@ from typing import Any
 import ray
 
 
-@ray.remote(num_cpus=0)
-class QuarantineLog:
-    """Collects ``{id, source, stage, error_type, message}`` records; lives on the driver node."""
+class QuarantineRecords:
+    """Collects ``{id, source, stage, error_type, message}`` records (an actor's state)."""
 
     def __init__(self, run: str = "run"):
         from pipeline.profile.metrics import bad_samples_counter
@@ -48,6 +49,11 @@ class QuarantineLog:
 
     def records(self) -> list[dict[str, Any]]:
         return [self._records[k] for k in sorted(self._records)]
+
+
+@ray.remote(num_cpus=0)
+class QuarantineLog(QuarantineRecords):
+    """The quarantine's own actor; lives on the driver node."""
 
 
 def write_quarantine(records: list[dict[str, Any]], path: Path) -> None:

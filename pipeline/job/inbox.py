@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import ray
 
+from pipeline.data.quarantine import QuarantineRecords
 from pipeline.messages import Message
 
 
 @ray.remote(num_cpus=0)
-class RunInbox:
-    """Lives on the driver node; holds records until the driver drains them."""
+class RunInbox(QuarantineRecords):
+    """Lives on the driver node; holds records until the driver drains them, and the run's
+    quarantine (:class:`~pipeline.data.quarantine.QuarantineRecords`: the readers' bad samples)."""
 
-    def __init__(self):
+    def __init__(self, run: str = "run"):
+        super().__init__(run)
         self._pending: list[Message] = []
 
     def push(self, message: Message) -> None:

@@ -25,7 +25,7 @@ from pipeline.collective import choose_backend
 from pipeline.config import Config
 from pipeline.data import DataPlan, build_datasets
 from pipeline.data.accounting import account_epoch
-from pipeline.data.quarantine import QuarantineLog, check_bad_fraction, write_quarantine
+from pipeline.data.quarantine import check_bad_fraction, write_quarantine
 from pipeline.data.sources import SourcePlan, skipped_fields
 from pipeline.data.udf.reader import ReaderSpec
 from pipeline.errors import (
@@ -218,11 +218,11 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     from pipeline.train.task import resolve_task
 
     plan, backend, backend_reason = _resources(config, console)
-    quarantine = QuarantineLog.options(**_on_this_node()).remote(config.run.name)
-    reporter = RunInbox.options(**_on_this_node()).remote()
+    # the run's one actor: the workers' messages, the pool's limit and the quarantine
+    reporter = RunInbox.options(**_on_this_node()).remote(config.run.name)
     low, high = config.data.concurrency
     data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
-                          quarantine=quarantine, source=source, datasets=datasets,
+                          quarantine=reporter, source=source, datasets=datasets,
                           pulse=reporter if config.data.ours else None,
                           reshuffle=not config.train.deterministic,
                           # the pool controller's size (pipeline.pool.controller)
@@ -245,13 +245,13 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
                          show=show_progress,
                          delivered_dir=output / EPOCHS_DIR, pool=pool) as monitor:
         clock.mark("fit_started")
-        result = _fit(job, reporter, quarantine, monitor, pool)
+        result = _fit(job, reporter, monitor, pool)
     if monitor.write_error is not None:  # ids or lines missing from the folder: no success
         raise OutputWriteError.of(monitor.write_error, output)
     clock.mark("fit_done")
     clock.worker = monitor.worker_marks
     clock.epochs = monitor.epoch_metrics
-    bad = ray.get(quarantine.records.remote(), timeout=60)
+    bad = ray.get(reporter.records.remote(), timeout=60)
     write_quarantine(bad, output / "quarantine.jsonl")
     summary = _summary(job, result, monitor, pool, bad, ray_address=ray_address,
                        wall=clock.marks["fit_done"] - clock.marks["process_start"])
@@ -310,7 +310,7 @@ def _say_data(config: Config, data: DataPlan, console: Console) -> None:
                       f"train.batch_size")
 
 
-def _fit(job: Job, reporter: Any, quarantine: Any, monitor: ProgressMonitor,
+def _fit(job: Job, reporter: Any, monitor: ProgressMonitor,
          pool: PoolController | None) -> Any:
     """Ray Train's ``fit()``; a failure is said for what it is: a diverged loss, a bad-sample
     threshold the readers hit (with the quarantine written first), else Ray's error."""
@@ -335,9 +335,9 @@ def _fit(job: Job, reporter: Any, quarantine: Any, monitor: ProgressMonitor,
         if monitor.diverged:  # a rank's loss went NaN: said whole, not as a worker failure
             raise NonFiniteLossError(monitor.diverged) from exc
         # Ray truncates worker tracebacks; a threshold the readers hit is reported whole.
-        reason = ray.get(quarantine.failure.remote(), timeout=30)
+        reason = ray.get(reporter.failure.remote(), timeout=30)
         if reason:  # the quarantine says which files to fix: write it before stopping
-            write_quarantine(ray.get(quarantine.records.remote(), timeout=60),
+            write_quarantine(ray.get(reporter.records.remote(), timeout=60),
                              job.output / "quarantine.jsonl")
             raise BadSampleThresholdError(reason) from exc
         raise
