@@ -1,8 +1,10 @@
 """Process-group set-up with an explicit timeout, and turning a hang into a clear error.
 
-Ray Train creates the process group in its workers (pass ``collective.timeout_s`` as
-``TorchConfig(timeout_s=...)``); :func:`init_process_group` is for loops outside Ray Train (the
-bench actors, tests, a plain torchrun script). With gloo a peer that never arrives makes the
+Ray Train creates the process group in its workers: ``pipeline run`` passes
+``collective.timeout_s`` as ``TorchBackendConfig(timeout_s=...)``
+(:mod:`pipeline.job.torch_backend`), your own ``TorchTrainer`` takes ``TorchConfig(timeout_s=...)``.
+:func:`init_process_group` is for loops outside Ray Train (the bench actors, tests, a plain
+torchrun script). With gloo a peer that never arrives makes the
 waiting rank raise "Timed out waiting ...ms" after the timeout; :func:`collective_guard` turns
 that into :class:`CollectiveTimeoutError`, naming the config key. NCCL's watchdog aborts the
 process on a timeout instead; its log names the collective.
