@@ -10,8 +10,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from torch import nn
-
 CONTROL = Path(os.environ.get("FEEDLINE_COST_FILE",
                               Path(tempfile.gettempdir()) / "feedline-costs.json"))
 
@@ -42,23 +40,23 @@ def injected(batch):
     return batch
 
 
-class Paced(nn.Module):
-    """A model whose training forward also sleeps the current step cost (validation, in eval
-    mode, runs at the inner model's speed)."""
-
-    def __init__(self, inner: nn.Module):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x):
-        if self.training:
-            time.sleep(read_costs().get("step_s", 0.0))
-        return self.inner(x)
-
-
 def paced_cnn(*, input_shape, num_classes):
     """The small CNN plus the step cost: at 0.15 s, train.batch_size 16 and two ranks the
-    trainers eat about 150 samples/s."""
+    trainers eat about 150 samples/s. Its training forward also sleeps the current step cost
+    (validation, in eval mode, runs at the inner model's speed). torch is imported here: the
+    decode actors import this module for :func:`injected`, and torch is 1.4 s of CPU each."""
+    from torch import nn
+
     from pipeline.train.models import small_cnn
+
+    class Paced(nn.Module):
+        def __init__(self, inner: nn.Module):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            if self.training:
+                time.sleep(read_costs().get("step_s", 0.0))
+            return self.inner(x)
 
     return Paced(small_cnn(input_shape=input_shape, num_classes=num_classes))
