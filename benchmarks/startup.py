@@ -11,6 +11,8 @@ startup_concurrency    ``RAY_worker_maximum_startup_concurrency=8``: Ray starts 
                        ``min(cores, num_cpus)`` at a time (2 here); Ray Train starts ~11
 no_worker_env          the Train workers get no ``runtime_env`` (Feedline's NCCL/gloo env vars):
                        a worker with a runtime env never reuses a prestarted one (Ray #47212)
+torch_in_driver        as before 2026-12-06's change: the driver imports torch (it resolved the
+                       built-in task, imported ``TorchTrainer`` and the collective benchmark)
 torch_in_controller    as before 2026-12-06's change: Ray's ``TorchConfig`` and the worker spec
                        itself in ``train_loop_config``, so Ray Train's controller imports torch
                        (``pipeline.job.torch_backend``) before it starts a worker
@@ -43,6 +45,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no_worker_env": {"patch": (
         "import pipeline.job.runner as r; t = r._trainer\n"
         "r._trainer = lambda c, p, d, s, env, *a, **k: t(c, p, d, s, {}, *a, **k)\n")},
+    "torch_in_driver": {"patch": "import torch  # noqa: F401\n"},
     "torch_in_controller": {"patch": (
         "import ray, pipeline.job.abortable as a\nfrom ray.train.torch import TorchConfig\n"
         "i = a.AbortableTrainer.__init__\n"

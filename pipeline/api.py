@@ -25,7 +25,7 @@ from pipeline.cluster.stop import at_once, received
 from pipeline.config import Config, ConfigError, load_config, to_dict
 from pipeline.data import ReaderSpec, plan_source
 from pipeline.data.sources import SourcePlan, skipped_warning
-from pipeline.errors import OutputWriteError, RunStopped
+from pipeline.errors import NonFiniteLossError, OutputWriteError, RunStopped
 from pipeline.job.breakdown import JobClock, append_to_report
 from pipeline.job.rundir import RunDir
 from pipeline.job.summary import RunSummary
@@ -178,7 +178,6 @@ def _launch(request: _Request, rundir: RunDir, clock: JobClock, console: Console
     on it; a failure leaves a summary that says why, a stop one that says how to resume."""
     from pipeline.cluster.session import ray_driver_log, ray_session
     from pipeline.job.runner import run_job
-    from pipeline.train.step import NonFiniteLossError
 
     cfg, out = request.cfg, rundir.path
     address, summary = None, None

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.collective.config import CollectiveConfig
-from pipeline.collective.measure import OPS, measure_collectives
-from pipeline.collective.process_group import init_process_group
 from pipeline.collective.topology import Topology, detect_topology
 
 logger = logging.getLogger(__name__)
@@ -90,12 +88,16 @@ class _BenchWorker:
 
     def setup(self, config: CollectiveConfig, rank: int, world: int, init_method: str,
               has_gpu: bool) -> tuple[str, str]:
+        from pipeline.collective.process_group import init_process_group  # torch: actor only
+
         self.device = "cuda:0" if has_gpu and config.backend != "gloo" else "cpu"
         return init_process_group(config, rank=rank, world_size=world, init_method=init_method,
                                   has_gpu=has_gpu)
 
     def measure(self, sizes: Sequence[int], ops: Sequence[str], iters: int | None,
                 warmup: int) -> list[dict[str, Any]]:
+        from pipeline.collective.measure import measure_collectives
+
         return measure_collectives(sizes, ops, iters, warmup, device=self.device)
 
     def topology(self) -> Topology:
@@ -109,10 +111,15 @@ class _BenchWorker:
 
 
 def run_bench(workers: int, config: CollectiveConfig, sizes: Sequence[int], *,
-              ops: Sequence[str] = OPS, iters: int | None = None, warmup: int = 2,
+              ops: Sequence[str] | None = None, iters: int | None = None, warmup: int = 2,
               timeout_s: float = 1800.0) -> BenchRun:
-    """Measure collectives across ``workers`` Ray actors that form one process group."""
+    """Measure collectives across ``workers`` Ray actors that form one process group (``ops``:
+    by default every one :func:`~pipeline.collective.measure.measure_collectives` knows)."""
     import ray
+
+    from pipeline.collective.measure import OPS
+
+    ops = OPS if ops is None else ops
 
     if workers < 2:
         raise ValueError(f"--workers ({workers}) must be >= 2: a collective needs two ranks")

@@ -1,4 +1,4 @@
-"""A ``TorchTrainer`` the driver can abort: Ctrl-C and SIGTERM stay Feedline's to handle.
+"""A Ray Train v2 trainer the driver can abort: Ctrl-C and SIGTERM stay Feedline's to handle.
 
 Ray Train's ``fit()`` replaces the process's SIGINT handler with its own (abort the run, then
 ``sys.exit(0)``, which reaches the caller of ``fit()`` as a ``SystemExit`` from ``ray.get``) and
@@ -13,14 +13,16 @@ import logging
 from typing import Any
 
 import ray
-from ray.train.torch import TorchTrainer
+from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 logger = logging.getLogger(__name__)
 
 
-class AbortableTrainer(TorchTrainer):
+class AbortableTrainer(DataParallelTrainer):
     """``TorchTrainer`` whose run the driver stops with :meth:`abort` (main thread only: Ray
-    Train hands over the controller where it would install its handler)."""
+    Train hands over the controller where it would install its handler). A
+    ``DataParallelTrainer`` given a :class:`~pipeline.job.torch_backend.TorchBackendConfig`, as
+    ``TorchTrainer`` is given a ``TorchConfig``, whose module imports torch."""
 
     _controller: Any = None
 

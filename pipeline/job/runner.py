@@ -43,8 +43,7 @@ from pipeline.job.progress import ProgressMonitor
 from pipeline.job.rundir import RunDir
 from pipeline.job.summary import RunSummary
 from pipeline.pool.controller import PoolController
-from pipeline.train.checkpoint import META_FILE
-from pipeline.train.loop import WorkerSpec, train_loop
+from pipeline.train.spec import WorkerSpec, run_worker
 
 logger = logging.getLogger(__name__)
 
@@ -93,12 +92,12 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
         env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"} | env
     datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
     return AbortableTrainer(
-        train_loop,
+        run_worker,
         # a reference: Ray Train's controller keeps the loop's config, and unpickling the spec
-        # (its task, pipeline.train.loop) would import torch there, before any worker starts
+        # there (a task of the user's imports torch) would delay every worker's start
         train_loop_config={"spec": ray.put(spec)},
-        torch_config=TorchBackendConfig(backend=backend,
-                                        timeout_s=int(config.collective.timeout_s)),
+        backend_config=TorchBackendConfig(backend=backend,
+                                          timeout_s=int(config.collective.timeout_s)),
         scaling_config=ScalingConfig(
             num_workers=train.num_workers, use_gpu=plan.use_gpu,
             resources_per_worker={"CPU": train.cpus_per_worker, **train.placement.resources},
@@ -144,6 +143,8 @@ def last_checkpoint(output: Path, *, check: bool = False) -> dict[str, Any] | No
     latest = json.loads(snapshot.read_text()).get("latest_checkpoint_result")
     if not latest:
         return None
+    from pipeline.train.checkpoint import META_FILE  # imports torch: only for a rerun
+
     path = snapshot.parent / latest["checkpoint_dir_name"]
     if check:
         check_checkpoint(path, f"run.output ({str(output)!r})")
@@ -157,7 +158,7 @@ def check_checkpoint(path: Path, where: str) -> None:
     ``meta.json`` that is not the JSON a checkpoint writes, a ``model.pt`` torch cannot open."""
     import torch
 
-    from pipeline.train.checkpoint import STATE_FILE
+    from pipeline.train.checkpoint import META_FILE, STATE_FILE
 
     remedy = (f"remove {path} to resume from the checkpoint before it, or choose another "
               f"run.output")

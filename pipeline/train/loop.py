@@ -46,7 +46,6 @@ from pipeline.collective import (
     wrap_ddp,
 )
 from pipeline.collective.ranks import apply_rank_plan
-from pipeline.config import Config
 from pipeline.data.augment import augment
 from pipeline.messages import (
     Diverged,
@@ -88,30 +87,12 @@ from pipeline.train.observers import (
 )
 from pipeline.train.ranks import Ranks
 from pipeline.train.reshuffle import global_needs_streaming, group_of
+from pipeline.train.spec import WorkerSpec
 from pipeline.train.step import Stepper, schedule_steps
 from pipeline.train.task import resolve_task, task_name
 from pipeline.transfer import TransferStats
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """Everything a worker needs, decided on the driver; it pickles (plain values, the task,
-    and the run inbox's actor handle)."""
-
-    config: Config
-    field: str
-    sample_shape: tuple[int, ...]
-    num_classes: int
-    use_gpu: bool
-    has_val: bool
-    reporter: Any  # RunInbox handle
-    num_train: int = 0
-    num_val: int = 0
-    task: Any = None  # a Task (resolved on the driver); None: train.task, resolved here
-    row_bytes: int = 0  # one row as the worker receives it; 0: estimated from sample_shape
-    rank_plans: Any = None  # hostname → per-GPU NCCL plans (pipeline.collective.ranks)
 
 
 def _device(use_gpu: bool) -> torch.device:

@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
-
-import torch
-import torch.nn.functional as F
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config.callables import load_callable
 from pipeline.train.context import TaskContext
-from pipeline.train.models import build_model
+
+if TYPE_CHECKING:  # torch is imported where a task runs (a Train worker), not to resolve one
+    import torch
+    from torch import nn
 
 REQUIRED = ("build_model", "loss")
 OPTIONAL = ("configure_optimizer", "configure_scheduler", "eval_counts", "eval_metrics",
@@ -102,6 +101,10 @@ class ClassificationTask(Task):
     def build_model(self, ctx: TaskContext | None = None, **old: Any) -> nn.Module:
         # ``old``: input_shape, num_classes, config, as a subclass written for the old
         # signature calls super().build_model (this release only)
+        import torch
+
+        from pipeline.train.models import build_model
+
         ctx = ctx or TaskContext(input_shape=old["input_shape"], num_classes=old["num_classes"],
                                  train=old["config"].train)
         input_shape = ctx.input_shape
@@ -112,7 +115,9 @@ class ClassificationTask(Task):
         return model
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return F.cross_entropy(model(inputs(batch)), batch["label"])
+        from torch.nn.functional import cross_entropy
+
+        return cross_entropy(model(inputs(batch)), batch["label"])
 
     def eval_counts(self, model: nn.Module,
                     batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -134,6 +139,8 @@ TASKS: dict[str, type[Task]] = {"classification": ClassificationTask}
 def default_optimizer(model: nn.Module, train: Any) -> torch.optim.Optimizer:
     """``train.optimizer`` (SGD with momentum 0.9, or AdamW) with ``train.lr`` and
     ``train.weight_decay``."""
+    import torch
+
     params = [p for p in model.parameters() if p.requires_grad]
     if train.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay)
@@ -145,6 +152,8 @@ def default_scheduler(optimizer: torch.optim.Optimizer, train: Any, total_steps:
     ``total_steps`` optimizer steps, held at 0 past them (the step count is an estimate)."""
     if train.lr_schedule == "constant":
         return None
+    import torch
+
     # a partial, not an object with state: a resumed run keeps its own config's total steps
     return torch.optim.lr_scheduler.LambdaLR(optimizer,
                                              functools.partial(cosine, total=max(1, total_steps)))

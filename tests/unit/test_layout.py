@@ -97,12 +97,28 @@ RAY_SIDE = ("pipeline.data.udf.reader", "pipeline.data.udf.read_images",
             "pipeline.job.inbox")
 
 
-def test_what_rays_own_processes_load_imports_no_torch():
-    """Every decode actor that imported torch paid 1.4 s of CPU at each start (every streamed
-    epoch), and Ray Train's controller 2.1 s before its first worker: none of them needs it."""
-    code = (f"import importlib, sys\nfor m in {RAY_SIDE!r}: importlib.import_module(m)\n"
+#: what ``pipeline run``'s driver loads from its start to its exit (the built-in task included)
+DRIVER = ("pipeline.cli.main", "pipeline.api", "pipeline.job.runner", "pipeline.job.abortable",
+          "pipeline.train.spec", "pipeline.collective.on_ray", "pipeline.job.outputs")
+
+
+def torch_loaded_by(modules: tuple[str, ...], then: str = "") -> str:
+    code = (f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n{then}\n"
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=PIPELINE.parent)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]", done.stdout[:500]
+    return done.stdout.strip()[:500]
+
+
+def test_what_rays_own_processes_load_imports_no_torch():
+    """Every decode actor that imported torch paid 1.4 s of CPU at each start (every streamed
+    epoch), and Ray Train's controller 2.1 s before its first worker: none of them needs it."""
+    assert torch_loaded_by(RAY_SIDE) == "[]"
+
+
+def test_the_driver_imports_no_torch():
+    """torch is 1.2 s of the driver's start on 2 cores; only the Train workers train."""
+    then = ("from pipeline.train.task import resolve_task, task_name\n"
+            "assert task_name(resolve_task('classification')) == 'classification'")
+    assert torch_loaded_by(DRIVER, then) == "[]"
