@@ -19,10 +19,10 @@ logger = logging.getLogger(__name__)
 
 
 class AbortableTrainer(DataParallelTrainer):
-    """``TorchTrainer`` whose run the driver stops with :meth:`abort` (main thread only: Ray
-    Train hands over the controller where it would install its handler). A
-    ``DataParallelTrainer`` given a :class:`~pipeline.job.torch_backend.TorchBackendConfig`, as
-    ``TorchTrainer`` is given a ``TorchConfig``, whose module imports torch."""
+    """Ray Train's trainer for the run, whose run the driver stops with :meth:`abort` (main
+    thread only: Ray Train hands over the controller where it would install its handler). What
+    ``TorchTrainer`` is, given :class:`~pipeline.job.torch_backend.TorchBackendConfig` instead
+    of ``TorchConfig`` (whose module, and ``TorchTrainer``'s, import torch)."""
 
     _controller: Any = None
 

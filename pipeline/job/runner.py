@@ -79,7 +79,7 @@ def _controller_poll(seconds: float):
 
 def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpec,
              env: dict[str, str], backend: str, output: Path, board: Any):
-    """The Ray Train ``TorchTrainer`` for this job: workers, placement, failures, data budget."""
+    """Ray Train's trainer for this job: workers, placement, failures, data budget."""
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 

@@ -358,8 +358,9 @@ class Worker:
 
 
 def train_loop(loop_config: dict[str, Any]) -> None:
-    """Entry point given to ``TorchTrainer``; ``loop_config = {"spec": ObjectRef[WorkerSpec]}``.
-    Builds this rank's parts from Ray Train's context and runs them (:class:`Worker`)."""
+    """A Train worker's run (Ray Train calls :func:`pipeline.train.spec.run_worker`);
+    ``loop_config = {"spec": ObjectRef[WorkerSpec]}``. Builds this rank's parts from Ray
+    Train's context and runs them (:class:`Worker`)."""
     import ray.train
 
     marks = {"process_start": process_start(), "entered": time.time()}
