@@ -19,10 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray._private import ray_constants
 from ray.train._internal.utils import get_address_and_port
 from ray.train.backend import Backend, BackendConfig
-
-SHUTDOWN_TIMEOUT_ENV = "TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S"  # Ray Train's, default 30 s
+from ray.train.constants import (
+    DEFAULT_TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S,
+    TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S,
+)
 
 
 def _ray_torch(name: str, /, **kwargs: Any) -> Any:
@@ -68,7 +71,9 @@ class _TorchBackend(Backend):
         futures = worker_group.execute_async(_ray_torch, "_shutdown_torch",
                                              destroy_process_group=len(worker_group) > 1)
         try:
-            ray.get(futures, timeout=float(os.environ.get(SHUTDOWN_TIMEOUT_ENV, 30)))
+            ray.get(futures, timeout=ray_constants.env_integer(
+                TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S,
+                DEFAULT_TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S))
         except ray.exceptions.GetTimeoutError:
             pass  # as Ray's: the workers are going anyway
 
