@@ -16,7 +16,13 @@ torch_in_driver        as before 2026-12-06's change: the driver imports torch (
 torch_in_controller    as before 2026-12-06's change: Ray's ``TorchConfig`` and the worker spec
                        itself in ``train_loop_config``, so Ray Train's controller imports torch
                        (``pipeline.job.torch_backend``) before it starts a worker
+train_helpers          Ray Train's own helper actors back: its ``PlacementGroupCleaner``
+                       (``pipeline.job.abortable``) and ``PreemptionWatcher``
+                       (``pipeline.cluster.session.local_ray_env``)
 =====================  =========================================================================
+
+Besides the wall time, each run's machine CPU seconds (``/proc/stat``, from the start to a few
+seconds after the exit, when Ray has stopped): on a busy machine, CPU is what runs queue for.
 
 ::
 
@@ -49,12 +55,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "torch_in_controller": {"patch": (
         "import ray, pipeline.job.abortable as a\nfrom ray.train.torch import TorchConfig\n"
         "i = a.AbortableTrainer.__init__\n"
-        "def init(self, *args, torch_config, train_loop_config, **k):\n"
+        "def init(self, *args, backend_config, train_loop_config, **k):\n"
         "    spec = ray.get(train_loop_config['spec'])  # the controller unpickles it again\n"
-        "    i(self, *args, torch_config=TorchConfig(backend=torch_config.backend,\n"
-        "      timeout_s=torch_config.timeout_s), train_loop_config=train_loop_config\n"
+        "    i(self, *args, backend_config=TorchConfig(backend=backend_config.backend,\n"
+        "      timeout_s=backend_config.timeout_s), train_loop_config=train_loop_config\n"
         "      | {'unpickled': spec}, **k)\n"
         "a.AbortableTrainer.__init__ = init\n")},
+    # Ray Train's own helper actors back: its PlacementGroupCleaner and PreemptionWatcher
+    "train_helpers": {"env": {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1"}, "patch": (
+        "import pipeline.job.abortable as a\n"
+        "from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer as D\n"
+        "a.AbortableTrainer._create_default_callbacks = D._create_default_callbacks\n")},
 }
 #: the breakdown's rows (``summary.json``), grouped as issue 29 reports them, by prefix
 PHASES = {"imports": "imports and config", "ray start": "ray start",
@@ -77,9 +88,11 @@ def run_once(variant: str, config: str, sets: list[str], out: Path) -> dict[str,
         argv += ["--set", item]
     env = dict(os.environ, **spec.get("env", {}))
     env.pop("RAY_ADDRESS", None)
-    start = time.perf_counter()
+    cpu_before, start = machine_cpu_s(), time.perf_counter()
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - start
+    time.sleep(SETTLE_S)  # the local Ray's watchdog stops it after the CLI exits: its CPU counts
+    cpu = machine_cpu_s() - cpu_before
     if done.returncode != 0:
         return {"variant": variant, "ok": False, "wall_s": wall, "error": done.stderr[-2000:]}
     summary = json.loads((out / "summary.json").read_text())
@@ -87,8 +100,19 @@ def run_once(variant: str, config: str, sets: list[str], out: Path) -> dict[str,
     for row in summary["breakdown"]:
         if group(row["phase"]) is not None:
             phases[group(row["phase"])] += row["seconds"]
-    return {"variant": variant, "ok": True, "wall_s": wall, "phases": phases,
+    return {"variant": variant, "ok": True, "wall_s": wall, "cpu_s": cpu, "phases": phases,
             "samples": summary["samples"]}
+
+
+SETTLE_S = 4.0
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds every core of the machine has spent busy so far (``/proc/stat``): across a
+    run, the CPU the whole job cost (driver, Ray, every actor), on a machine doing nothing else."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    busy = sum(int(v) for i, v in enumerate(fields[:8]) if i not in (3, 4))  # not idle, iowait
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def table(runs: list[dict[str, Any]]) -> str:
@@ -99,6 +123,9 @@ def table(runs: list[dict[str, Any]]) -> str:
     walls = [statistics.median(r["wall_s"] for r in med[v]) if med[v] else float("nan")
              for v in variants]
     lines.append("| **wall (s), median** | " + " | ".join(f"**{w:.1f}**" for w in walls) + " |")
+    lines.append("| machine CPU (s), median | " + " | ".join(
+        f"{statistics.median(r['cpu_s'] for r in med[v]):.1f}" if med[v] else "-"
+        for v in variants) + " |")
     if base:
         lines.append("| ratio to baseline | " + " | ".join(f"{base / w:.2f}x" for w in walls)
                      + " |")

@@ -185,18 +185,23 @@ def ray_session(address: str | None = "", num_cpus: int = 0, *, dashboard: bool 
 
 
 FOOTER_ACTORS = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+PREEMPTION_WATCHER = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
 
 def local_ray_env() -> dict[str, str]:
-    """What a local Ray's processes inherit beyond this one's environment. Ray 2.60's
-    ``read_parquet`` lists files through ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS`` footer-reading
-    actors (32 by default), started anew by every execution; on a machine of a few cores
-    starting them is most of a small dataset's read (a 3-file dataset's ``schema()`` on 2
-    cores: 7.2 s, 1.5 s with 2). A local Ray gets one per core, up to Ray's 32, unless the
-    environment already says."""
-    if FOOTER_ACTORS in os.environ:
-        return {}
-    return {FOOTER_ACTORS: str(min(32, os.cpu_count() or 1))}
+    """What a local Ray's processes inherit beyond this one's environment; a variable the
+    environment already sets stays the user's choice.
+
+    - ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS``: Ray 2.60's ``read_parquet`` lists files through
+      that many footer-reading actors (32 by default), started anew by every execution; on a
+      machine of a few cores starting them is most of a small dataset's read (a 3-file
+      dataset's ``schema()`` on 2 cores: 7.2 s, 1.5 s with 2). One per core, up to Ray's 32.
+    - ``RAY_TRAIN_ENABLE_PREEMPTION_WATCHER=0``: Ray Train starts an actor per run that polls
+      the worker group's nodes for a drain notice (a spot instance's preemption, an autoscaler
+      taking the node back). A local Ray is this one machine, which nothing drains; the actor
+      is a process and 1.5 s of CPU per run for nothing."""
+    values = {FOOTER_ACTORS: str(min(32, os.cpu_count() or 1)), PREEMPTION_WATCHER: "0"}
+    return {key: value for key, value in values.items() if key not in os.environ}
 
 
 @contextmanager

@@ -8,6 +8,8 @@ messages (:mod:`pipeline.messages`) to this actor fire-and-forget; the driver dr
 
 from __future__ import annotations
 
+from typing import Any
+
 import ray
 
 from pipeline.data.quarantine import QuarantineRecords
@@ -40,3 +42,14 @@ class RunInbox(QuarantineRecords):
 
     def pool_cpus(self) -> float:
         return self._pool_cpus
+
+    # -- the worker groups' placement groups, told by Ray Train's controller, for the driver to
+    # remove should the controller die first (pipeline.job.abortable)
+
+    _placement_groups: tuple[Any, ...] = ()
+
+    def add_placement_group(self, group: Any) -> None:
+        self._placement_groups = (*self._placement_groups, group)
+
+    def placement_groups(self) -> tuple[Any, ...]:
+        return self._placement_groups

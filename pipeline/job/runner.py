@@ -93,6 +93,7 @@ def _trainer(config: Config, plan: ResourcePlan, data: DataPlan, spec: WorkerSpe
     datasets = {"train": data.train} | ({"val": data.val} if data.val is not None else {})
     return AbortableTrainer(
         run_worker,
+        inbox=board,
         # a reference: Ray Train's controller keeps the loop's config, and unpickling the spec
         # there (a task of the user's imports torch) would delay every worker's start
         train_loop_config={"spec": ray.put(spec)},
@@ -343,6 +344,7 @@ def _fit(job: Job, reporter: Any, monitor: ProgressMonitor,
             raise BadSampleThresholdError(reason) from exc
         raise
     finally:
+        trainer.release()  # a worker group's placement group its controller left
         if pool is not None:
             pool.close()  # no autoscaler request outlives the run
 

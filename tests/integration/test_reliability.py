@@ -76,6 +76,27 @@ def test_killed_preprocessing_actor_loses_and_duplicates_nothing(ray_cluster, tm
     assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]
 
 
+@pytest.mark.timeout(300)
+def test_a_controller_killed_mid_run_leaves_no_placement_group_behind(ray_cluster, tmp_path):
+    """Feedline starts no PlacementGroupCleaner actor (pipeline.job.abortable): the driver
+    removes the worker group's placement group that the dead controller left, so a driver that
+    lives on (a notebook, a sweep) gets the run's CPUs back."""
+    import ray
+
+    def live_groups():
+        return {pg for pg, info in ray.util.placement_group_table().items()
+                if info["state"] != "REMOVED"}
+
+    before = live_groups()
+    with pytest.raises(Exception, match="(?i)actor|died|controller"):
+        pipeline.run(QUICKSTART, show_progress=False, sets=[
+            "train.model=tests.integration.models:kills_controller_cnn", "train.epochs=1",
+            f"run.output={tmp_path / 'out'}"])
+    assert live_groups() == before
+    summary = json.loads((tmp_path / "out/summary.json").read_text())
+    assert summary["status"] == "failed"
+
+
 # Deterministic runs with a per-epoch shuffle and random flips and crops, that checkpoint every
 # 5 steps (22 steps an epoch, 2 ranks of 32 samples a step); the model kills its worker when
 # KILL_PLAN says so.
