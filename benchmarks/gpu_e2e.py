@@ -45,10 +45,13 @@ SIZES = {
     "gpu": {"samples": 4096, "source": (256, 256), "epochs": 3, "timeout_s": 150,
             "sets": []},
     "dry": {"samples": 64, "source": (48, 48), "epochs": 1, "timeout_s": 240,
+            # one step over the 64 images: every contender's loss is the same model's on the
+            # same data (tests/integration/test_gpu_e2e_dry.py checks it)
             "sets": ["data.image_size=[32, 32]", "train.model=cnn", "train.precision=fp32",
-                     "train.batch_size=16", "train.cpus_per_worker=0.5",
+                     "train.batch_size=64", "train.cpus_per_worker=0.5",
                      "data.concurrency=[1, 1]"],
-            "diagnosis_sets": ["train.epochs=1"],  # each run's start-up dominates anyway
+            # each run's start-up dominates anyway; steps enough for the profile's windows
+            "diagnosis_sets": ["train.epochs=1", "train.batch_size=16"],
             "diagnosis": ["input_bound"]},  # one injected run shows the step works
 }
 #: what each diagnosis run injects, the verdict that names it, and its overrides
@@ -155,7 +158,8 @@ def train_step(size: dict[str, Any], device: str, work: Path, sampler: GpuSample
         if run["contender"] == "feedline":
             row["feedline"] = feedline_facts(work / f"r{run['round']}-feedline")
         rows.append(row)
-    return {"rows": rows, "ratios": result.get("ratios"), "commands": result.get("commands")}
+    return {"rows": rows, "ratios": result.get("ratios"), "commands": result.get("commands"),
+            "bench": result}
 
 
 def _with_sets(bench: Any, sets: list[str], work: Path) -> Any:
