@@ -21,6 +21,10 @@ train_helpers          Ray Train's own helper actors back: its ``PlacementGroupC
                        (``pipeline.cluster.session.local_ray_env``)
 =====================  =========================================================================
 
+A patch runs in the driver only. For a change on the workers' side, ``--against DIR`` adds the
+variant ``against``: the same run with another checkout first on ``PYTHONPATH`` (a ``git worktree``
+of the commit before), which the local Ray's processes inherit.
+
 Besides the wall time, each run's machine CPU seconds (``/proc/stat``, from the start to a few
 seconds after the exit, when Ray has stopped): on a busy machine, CPU is what runs queue for.
 
@@ -89,7 +93,8 @@ def run_once(variant: str, config: str, sets: list[str], out: Path) -> dict[str,
     env = dict(os.environ, **spec.get("env", {}))
     env.pop("RAY_ADDRESS", None)
     cpu_before, start = machine_cpu_s(), time.perf_counter()
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(argv, cwd=spec.get("cwd", ROOT), env=env, capture_output=True,
+                          text=True, timeout=900)
     wall = time.perf_counter() - start
     time.sleep(SETTLE_S)  # the local Ray's watchdog stops it after the CLI exits: its CPU counts
     cpu = machine_cpu_s() - cpu_before
@@ -149,7 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", action="store_true",
                         help="write benchmarks/results/startup-DATE[-TAG].{json,md}")
     parser.add_argument("--tag", default="", help="a name for the saved results")
+    parser.add_argument("--against", metavar="DIR",
+                        help="a variant 'against': another checkout (e.g. a git worktree)")
     args = parser.parse_args(argv)
+    if args.against:
+        tree = Path(args.against).resolve()
+        VARIANTS["against"] = {"env": {"PYTHONPATH": str(tree)}, "cwd": tree}
+        args.variants = [*args.variants, "against"]
     runs = []
     with tempfile.TemporaryDirectory(prefix="feedline-startup-") as tmp:
         for round_ in range(args.rounds):

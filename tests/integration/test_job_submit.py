@@ -43,13 +43,15 @@ def processes_mentioning(marker: str) -> list[int]:
 
 
 def stop_cluster(temp_dir: str) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    # a throwaway cluster: a few seconds' grace, then SIGKILL (a process of it that ignores
+    # SIGTERM held this teardown 15 s)
+    for sig, grace in ((signal.SIGTERM, 3), (signal.SIGKILL, 15)):
         for pid in processes_mentioning(temp_dir):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + grace
         while processes_mentioning(temp_dir) and time.monotonic() < deadline:
             time.sleep(0.5)
 
