@@ -23,7 +23,10 @@ train_helpers          Ray Train's own helper actors back: its ``PlacementGroupC
 
 A patch runs in the driver only. For a change on the workers' side, ``--against DIR`` adds the
 variant ``against``: the same run with another checkout first on ``PYTHONPATH`` (a ``git worktree``
-of the commit before), which the local Ray's processes inherit.
+of the commit before), which the local Ray's processes inherit. ``--joined`` measures instead
+``pipeline.run`` called in this process on a local Ray it started once (after a warm-up run),
+as a driver joining a running cluster does. Each run also gives issue 29's two edges: process
+start (the call, joined) to the first training step, and the last step to the exit.
 
 Besides the wall time, each run's machine CPU seconds (``/proc/stat``, from the start to a few
 seconds after the exit, when Ray has stopped): on a busy machine, CPU is what runs queue for.
@@ -100,13 +103,42 @@ def run_once(variant: str, config: str, sets: list[str], out: Path) -> dict[str,
     cpu = machine_cpu_s() - cpu_before
     if done.returncode != 0:
         return {"variant": variant, "ok": False, "wall_s": wall, "error": done.stderr[-2000:]}
-    summary = json.loads((out / "summary.json").read_text())
+    return measured(variant, json.loads((out / "summary.json").read_text()), wall, cpu)
+
+
+def measured(variant: str, summary: dict[str, Any], wall: float, cpu: float) -> dict[str, Any]:
+    """A run's numbers from its ``summary.json``: the phases grouped, and the two edges issue
+    29 sets targets on: process start to the first training step (the breakdown up to epoch
+    1's first batch), and the last step to the process's exit (the wall after the last epoch's
+    steady training)."""
     phases = dict.fromkeys(PHASES, 0.0)
+    elapsed, first_step, last_step = 0.0, None, None
     for row in summary["breakdown"]:
+        elapsed += row["seconds"]
         if group(row["phase"]) is not None:
             phases[group(row["phase"])] += row["seconds"]
+        if row["phase"].startswith("epoch 1 start-up"):
+            first_step = elapsed
+        if row["phase"].endswith("steady training"):
+            last_step = elapsed
     return {"variant": variant, "ok": True, "wall_s": wall, "cpu_s": cpu, "phases": phases,
+            "first_step_s": first_step,
+            "last_step_to_exit_s": None if last_step is None else wall - last_step,
             "samples": summary["samples"]}
+
+
+def run_joined(config: str, sets: list[str], out: Path) -> dict[str, Any]:
+    """``pipeline.run`` in this process, on the Ray it already joined (the call is the wall)."""
+    import pipeline
+
+    cpu_before, start = machine_cpu_s(), time.perf_counter()
+    try:
+        result = pipeline.run(config, show_progress=False, sets=[*sets, f"run.output={out}"])
+    except Exception as exc:  # noqa: BLE001 - a failed round is reported, not fatal
+        return {"variant": "joined", "ok": False, "wall_s": time.perf_counter() - start,
+                "error": repr(exc)}
+    wall = time.perf_counter() - start
+    return measured("joined", dict(result.summary), wall, machine_cpu_s() - cpu_before)
 
 
 SETTLE_S = 4.0
@@ -123,11 +155,17 @@ def machine_cpu_s() -> float:
 def table(runs: list[dict[str, Any]]) -> str:
     variants = list(dict.fromkeys(r["variant"] for r in runs))
     med = {v: [r for r in runs if r["variant"] == v and r["ok"]] for v in variants}
-    base = statistics.median(r["wall_s"] for r in med["baseline"]) if med["baseline"] else None
+    base = (statistics.median(r["wall_s"] for r in med["baseline"])
+            if med.get("baseline") else None)
     lines = ["| | " + " | ".join(variants) + " |", "|---|" + "---|" * len(variants)]
     walls = [statistics.median(r["wall_s"] for r in med[v]) if med[v] else float("nan")
              for v in variants]
     lines.append("| **wall (s), median** | " + " | ".join(f"**{w:.1f}**" for w in walls) + " |")
+    for key, label in (("first_step_s", "start to first step"),
+                       ("last_step_to_exit_s", "last step to exit")):
+        lines.append(f"| {label} (s), median | " + " | ".join(
+            f"{statistics.median(r[key] for r in med[v]):.1f}" if med[v] else "-"
+            for v in variants) + " |")
     lines.append("| machine CPU (s), median | " + " | ".join(
         f"{statistics.median(r['cpu_s'] for r in med[v]):.1f}" if med[v] else "-"
         for v in variants) + " |")
@@ -154,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", action="store_true",
                         help="write benchmarks/results/startup-DATE[-TAG].{json,md}")
     parser.add_argument("--tag", default="", help="a name for the saved results")
+    parser.add_argument("--joined", action="store_true",
+                        help="only 'joined': pipeline.run in this process on a local Ray it "
+                             "started once (a warm-up run first), as a driver joining a "
+                             "running cluster")
     parser.add_argument("--against", metavar="DIR",
                         help="a variant 'against': another checkout (e.g. a git worktree)")
     args = parser.parse_args(argv)
@@ -161,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         tree = Path(args.against).resolve()
         VARIANTS["against"] = {"env": {"PYTHONPATH": str(tree)}, "cwd": tree}
         args.variants = [*args.variants, "against"]
+    if args.joined:
+        return joined(args)
     runs = []
     with tempfile.TemporaryDirectory(prefix="feedline-startup-") as tmp:
         for round_ in range(args.rounds):
@@ -172,6 +216,31 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(run | {"round": round_})
                 print(f"round {round_ + 1} {variant}: {run['wall_s']:.1f} s"
                       + ("" if run["ok"] else f" FAILED: {run['error'][-300:]}"), flush=True)
+    return report(args, runs, argv)
+
+
+def joined(args: argparse.Namespace) -> int:
+    import ray
+
+    from pipeline.cluster.session import local_ray_env
+
+    os.environ.update(local_ray_env())
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    runs = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="feedline-startup-") as tmp:
+            for round_ in range(args.rounds + 1):  # round 0 warms the cluster up: not counted
+                run = run_joined(args.config, args.sets, Path(tmp) / f"r{round_}")
+                print(f"round {round_} joined: {run['wall_s']:.1f} s"
+                      + (" (warm-up)" if round_ == 0 else ""), flush=True)
+                if round_:
+                    runs.append(run | {"round": round_ - 1})
+    finally:
+        ray.shutdown()
+    return report(args, runs, None)
+
+
+def report(args: argparse.Namespace, runs: list[dict[str, Any]], argv: list[str] | None) -> int:
     text = table(runs)
     print(text)
     if args.save:

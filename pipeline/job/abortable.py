@@ -50,11 +50,14 @@ class AbortableTrainer(DataParallelTrainer):
     def release(self) -> None:
         """Remove the worker groups' placement groups the controller left (it died without
         removing them); those it removed are skipped. Call when ``fit()`` has ended."""
-        for group in ray.get(self._inbox.placement_groups.remote(), timeout=30):
-            if placement_group_table(group).get("state", "REMOVED") != "REMOVED":
-                logger.warning("Ray Train's controller left its placement group %s; removing "
-                               "it", group.id.hex())
-                remove_placement_group(group)
+        try:
+            for group in ray.get(self._inbox.placement_groups.remote(), timeout=30):
+                if placement_group_table(group).get("state", "REMOVED") != "REMOVED":
+                    logger.warning("Ray Train's controller left its placement group %s; "
+                                   "removing it", group.id.hex())
+                    remove_placement_group(group)
+        except Exception as exc:  # noqa: BLE001 - never hides the run's own outcome
+            logger.warning("could not check the run's placement groups: %s", exc)
 
     def _register_sigint_handler(self, controller: Any) -> None:  # Ray Train's hook (2.60)
         self._controller = controller

@@ -39,3 +39,30 @@ def test_profile_overhead_with_ddp_sees_the_comm_hook(tmp_path):
     assert ddp["buckets_per_step"] == [2.0, 2.0]  # the timed hook ran on every rank's buckets
     assert all(ms["comm_exposed"] > 0 for ms in ddp["profiled_phase_ms"])
     assert ddp["step_ms"]["off"]["median"] > 0 and ddp["step_ms"]["on"]["median"] > 0
+
+
+def test_startup_reads_the_first_step_and_the_last_step_from_a_runs_breakdown():
+    """benchmarks/startup.py's two edges, from the breakdown a 2-epoch ``pipeline run`` wrote
+    (its rows as summary.json has them, seconds of a real run on 2 cores)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import startup
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rows = [("imports and config", 1.1), ("ray start", 3.5),
+            ("driver set-up (plan, network, datasets)", 0.2),
+            ("worker group start (Train controller, worker processes)", 2.8),
+            ("worker process start-up (imports, Train's process group)", 6.2),
+            ("worker set-up (model, DDP, dataset shards)", 1.4),
+            ("epoch 1 start-up (first batch)", 3.6), ("epoch 1 steady training", 2.5),
+            ("epoch 1 report, checkpoint and validation", 1.9),
+            ("epoch 1 to 2 (between epochs)", 0.1), ("epoch 2 start-up (first batch)", 0.01),
+            ("epoch 2 steady training", 1.2), ("epoch 2 report, checkpoint and validation", 0.4),
+            ("fit teardown (last checkpoint, link probe, worker group)", 0.7),
+            ("outputs (summary, profile, plots)", 0.7), ("ray shutdown", 0.0)]
+    summary = {"samples": 2868, "breakdown": [{"phase": p, "seconds": s} for p, s in rows]}
+    run = startup.measured("baseline", summary, wall=27.0, cpu=40.0)
+    assert run["first_step_s"] == pytest.approx(18.8)
+    assert run["last_step_to_exit_s"] == pytest.approx(27.0 - 24.51)
+    assert run["phases"]["first batch"] == pytest.approx(3.6)
+    assert run["phases"]["training"] == pytest.approx(6.11)  # epochs' rows after start-up
