@@ -251,10 +251,13 @@ def report(args: argparse.Namespace, runs: list[dict[str, Any]], argv: list[str]
             {"config": args.config, "sets": args.sets, "rounds": args.rounds, "runs": runs,
              "cores": os.cpu_count()}, indent=2))
         command = "python benchmarks/startup.py " + " ".join(argv or sys.argv[1:])
+        how = ("`pipeline.run` in the benchmark's process on a local Ray it started once, "
+               "after a warm-up run (the call is the wall: start and exit are the call's), "
+               if args.joined else "each variant in its own process with its own local Ray, "
+               "rotated over ")
         (results / f"{name}.md").write_text(
             f"# Start-up levers (issue 29), {day}\n\n`{command}` on {os.cpu_count()} cores; "
-            f"`pipeline run` of {Path(args.config).name} with {', '.join(args.sets)}, each "
-            f"variant in its own process with its own local Ray, rotated over "
+            f"`pipeline run` of {Path(args.config).name} with {', '.join(args.sets)}, {how}"
             f"{args.rounds} rounds; medians (s).\n\n{text}\n")
     return 0 if all(r["ok"] for r in runs) else 1
 

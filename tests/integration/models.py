@@ -72,8 +72,8 @@ def heavy_gradients_mlp(*, input_shape, num_classes):
 KILL_PLAN = Path(tempfile.gettempdir()) / "feedline-test-train-kill.json"
 
 
-class DiesOnce(nn.Module):
-    """Kills its Train worker (``os._exit``) at a planned training step, on the first attempt."""
+class AtStep(nn.Module):
+    """Wraps a model and calls ``at(rank, step)`` at each training step (counted from 1)."""
 
     def __init__(self, inner: nn.Module):
         super().__init__()
@@ -82,41 +82,43 @@ class DiesOnce(nn.Module):
     def forward(self, x):
         if self.training:
             self.steps += 1
-            plan = json.loads(KILL_PLAN.read_text()) if KILL_PLAN.exists() else None
-            rank = dist.get_rank() if dist.is_initialized() else 0
-            if plan and rank == plan["rank"] and self.steps == plan["step"]:
-                done = Path(plan["done"])
-                if not done.exists():
-                    done.write_text(str(os.getpid()))
-                    os._exit(1)
+            self.at(dist.get_rank() if dist.is_initialized() else 0, self.steps)
         return self.inner(x)
+
+    def at(self, rank: int, step: int) -> None:
+        raise NotImplementedError
+
+
+class DiesOnce(AtStep):
+    """Kills its Train worker (``os._exit``) at a planned training step, on the first attempt."""
+
+    def at(self, rank, step):
+        plan = json.loads(KILL_PLAN.read_text()) if KILL_PLAN.exists() else None
+        if plan and rank == plan["rank"] and step == plan["step"]:
+            done = Path(plan["done"])
+            if not done.exists():
+                done.write_text(str(os.getpid()))
+                os._exit(1)
 
 
 def dies_once_cnn(*, input_shape, num_classes):
     return DiesOnce(small_cnn(input_shape=input_shape, num_classes=num_classes))
 
 
-class KillsController(nn.Module):
+class KillsController(AtStep):
     """SIGKILLs Ray Train's controller process (as the OOM killer would) at rank 0's second
     training step: the controller dies without removing its worker group's placement group."""
 
-    def __init__(self, inner: nn.Module):
-        super().__init__()
-        self.inner, self.steps = inner, 0
-
-    def forward(self, x):
-        if self.training:
-            self.steps += 1
-            rank = dist.get_rank() if dist.is_initialized() else 0
-            if rank == 0 and self.steps == 2:
-                for proc in Path("/proc").iterdir():
-                    try:
-                        title = (proc / "cmdline").read_bytes()
-                    except OSError:
-                        continue
-                    if title.startswith(b"ray::TrainController"):
-                        os.kill(int(proc.name), 9)
-        return self.inner(x)
+    def at(self, rank, step):
+        if rank != 0 or step != 2:
+            return
+        for proc in Path("/proc").iterdir():
+            try:
+                title = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if title.startswith(b"ray::TrainController"):
+                os.kill(int(proc.name), 9)
 
 
 def kills_controller_cnn(*, input_shape, num_classes):
