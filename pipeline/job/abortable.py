@@ -39,7 +39,7 @@ class AbortableTrainer(DataParallelTrainer):
     _controller: Any = None
 
     def __init__(self, *args: Any, inbox: Any, **kwargs: Any) -> None:
-        self._inbox = inbox  # before Ray Train's __init__, which builds the callbacks
+        self._inbox = inbox  # the RunInbox the controller tells its placement groups
         super().__init__(*args, **kwargs)
 
     def _create_default_callbacks(self) -> list[Any]:  # Ray Train's hook (2.60)
