@@ -78,9 +78,10 @@ def test_killed_preprocessing_actor_loses_and_duplicates_nothing(ray_cluster, tm
 
 @pytest.mark.timeout(300)
 def test_a_controller_killed_mid_run_leaves_no_placement_group_behind(ray_cluster, tmp_path):
-    """Feedline starts no PlacementGroupCleaner actor (pipeline.job.abortable): the driver
-    removes the worker group's placement group that the dead controller left, so a driver that
-    lives on (a notebook, a sweep) gets the run's CPUs back."""
+    """Feedline starts no PlacementGroupCleaner actor (pipeline.job.abortable), nor a
+    PreemptionWatcher on a local Ray: the driver removes the worker group's placement group
+    that the dead controller left, so a driver that lives on (a notebook, a sweep) gets the
+    run's CPUs back."""
     import ray
 
     def live_groups():
@@ -95,6 +96,10 @@ def test_a_controller_killed_mid_run_leaves_no_placement_group_behind(ray_cluste
     assert live_groups() == before
     summary = json.loads((tmp_path / "out/summary.json").read_text())
     assert summary["status"] == "failed"
+    # neither of Ray Train's helper actors ever ran on this local Ray (local_ray_env)
+    started = {a.get("ActorClassName") for a in ray._private.state.actors().values()}
+    assert "RayTrainWorker" in started
+    assert not started & {"PlacementGroupCleaner", "PreemptionWatcher"}, started
 
 
 # Deterministic runs with a per-epoch shuffle and random flips and crops, that checkpoint every
