@@ -67,6 +67,8 @@ class PoolController:
         self.capacity = float("inf")  # the CPUs the pool can have now (its nodes')
         self.samples: list[dict[str, Any]] = []  # every tick: t, target, actors, wait, busy
         self.decisions: list[dict[str, Any]] = []
+        # every epoch's totals when its last rank's pass ended: its pool, wait and decode work
+        self.epochs: list[dict[str, Any]] = []
         self.requested: int = 0  # CPU bundles asked of Ray's autoscaler now
         self._pulses: deque[RankWait | DecodeBusy] = deque()
         self._epoch_waits: dict[int, list[float]] = {}  # rank → [wait s, step s] this epoch
@@ -76,7 +78,7 @@ class PoolController:
         self._lock = threading.Lock()
         self._changed = self._ticked = time.time()
         self._full_at: float | None = None  # when every actor the limit holds first decoded
-        self._start = self._changed
+        self._start = self._epoch_start = self._changed
         self._warned_max = False
         self._gauge = _gauge(run) if act else None
         self._publish()
@@ -102,7 +104,7 @@ class PoolController:
                     self.decode_cpu_s += pulse.cpu_s
         if ended:  # every rank's pass is over: judged before the next epoch's pool starts
             self._done.pop(ended, None)
-            self.epoch_end()
+            self.epoch_end(ended)
 
     def window(self, now: float) -> Window:
         """The last :data:`WINDOW_S`, or less: only pulses since the whole pool first decoded
@@ -160,17 +162,21 @@ class PoolController:
                                f"max to let the pool grow")
         self._ask_autoscaler(window)
 
-    def epoch_end(self) -> None:
-        """Every rank finished an epoch's training pass: judge its totals for a smaller pool,
-        while the ranks validate (the next epoch's pulses start a new total)."""
+    def epoch_end(self, epoch: int) -> None:
+        """Every rank finished ``epoch``'s training pass: record its totals and judge them for
+        a smaller pool, while the ranks validate (the next epoch's pulses start a new total)."""
         now = time.time()
         with self._lock:
             waits, work = self._epoch_waits, self._epoch_work
             self._epoch_waits, self._epoch_work = {}, 0.0
-        if not self.act:
-            return
         wait = max((w / s for w, s in waits.values() if s > 0), default=0.0)
         train_s = max((s for _, s in waits.values()), default=0.0)
+        self.epochs.append({"epoch": epoch, "start": self._epoch_start, "end": now,
+                            "size": self.size if self.act else None, "wait": wait,
+                            "work_s": work, "train_s": train_s})
+        self._epoch_start = now
+        if not self.act:
+            return
         decision = decide_epoch(EpochTotals(wait=wait, work_s=work, train_s=train_s),
                                 size=self.size, low=self.low, since_change_s=now - self._changed,
                                 cooldown_s=self.config.autoscale_cooldown_s)
@@ -276,7 +282,7 @@ class PoolController:
                 "max_size": max([s["target"] or 0 for s in self.samples] + [self.size]),
                 "decode_busy_s": self.decode_busy_s, "decode_cpu_s": self.decode_cpu_s,
                 "decode_cpu_share": self.cpu_share(),
-                "decisions": self.decisions, "samples": self.samples}
+                "decisions": self.decisions, "epochs": self.epochs, "samples": self.samples}
 
 
 def request_preprocessing(config: DataConfig, bundles: int) -> None:

@@ -137,6 +137,13 @@ def _pool_lines(pool: Mapping[str, Any] | None) -> list[str]:
                      "feed the trainers faster." if share >= 0.5 else
                      "they mostly waited (I/O, sleeps), so more actors per CPU "
                      "(`data.cpus_per_actor` below 1) feed the trainers faster."), ""]
+    epochs = pool.get("epochs") or []
+    if epochs:
+        lines += ["| epoch | actors at its end | trainers waited | decode actor-s | "
+                  "training s |", "|---:|---:|---:|---:|---:|"]
+        lines += [f"| {e['epoch']} | {e['size']} | {e['wait']:.1%} | {e['work_s']:.1f} | "
+                  f"{e['train_s']:.1f} |" for e in epochs]
+        lines += [""]
     decisions = pool.get("decisions") or []
     if not decisions:
         return lines + ["No change: the pool it started with kept the trainers fed (or "

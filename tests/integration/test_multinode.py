@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.pool.policy import GROW_WAIT
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -45,15 +47,17 @@ def test_each_stage_runs_on_its_own_nodes(multinode):
 def test_the_decode_pool_follows_the_trainers_wait(multinode):
     pool = multinode["summary"]["autoscale"]
     decisions, samples = pool["decisions"], pool["samples"]
-    # starved (one actor feeds a quarter of the demand): the pool grows from the minimum
+    # starved (one actor feeds under a third of the demand): the pool grows from the minimum
     grow = decisions[0]
     assert (grow["action"], grow["size_before"]) == ("grow", 1) and grow["size_after"] >= 3
     assert grow["wait_before"] > 0.5, grow
-    # ... until the trainers stop waiting, before the model gets heavier
+    # ... until the trainers stop waiting (below the threshold it grows at): a whole epoch
+    # after its last growth, before the model got heavier
     heavier = multinode["heavier_at"]
     assert heavier is not None
-    fed = [s for s in samples if grow["t"] < s["t"] < heavier and s["actors"] > 1]
-    assert fed and min(s["wait"] for s in fed) < 0.05, fed
+    last_grow = max(d["t"] for d in decisions if d["action"] == "grow" and d["t"] < heavier)
+    fed = [e for e in pool["epochs"] if last_grow < e["start"] and e["end"] < heavier]
+    assert fed and all(e["wait"] < GROW_WAIT for e in fed), pool["epochs"]
     # heavier steps: the trainers never wait, the actors idle, the pool shrinks back
     shrinks = [d for d in decisions if d["action"] == "shrink" and d["t"] > heavier]
     assert shrinks, decisions

@@ -64,12 +64,34 @@ def test_a_grown_pool_feeds_the_trainers(pool, T0):
 
 def test_epoch_totals_wait_for_every_rank(pool, T0, monkeypatch):
     judged = []
-    monkeypatch.setattr(pool, "epoch_end", lambda: judged.append(True))
+    monkeypatch.setattr(pool, "epoch_end", judged.append)
     pool.observe(RankWait(rank=0, wait_s=0.0, step_s=0.5, steps=1, t=T0 + 20, epoch_done=1))
     assert not judged  # rank 1 is still training
     pool.observe(RankWait(rank=1, wait_s=0.0, step_s=0.5, steps=1, t=T0 + 20.1,
                           epoch_done=1))
-    assert judged == [True]
+    assert judged == [1]
+
+
+def test_every_epoch_leaves_its_totals_for_the_summary(pool, T0):
+    feed(pool, T0, 30)
+    waits = {r: [sum(p.wait_s for p in RECORDED if isinstance(p, RankWait) and p.rank == r),
+                 sum(p.step_s for p in RECORDED if isinstance(p, RankWait) and p.rank == r)]
+             for r in (0, 1)}
+    work = sum(p.busy_s for p in RECORDED if isinstance(p, DecodeBusy))
+    for rank in (0, 1):
+        pool.observe(RankWait(rank=rank, wait_s=0.0, step_s=0.0, steps=0, t=T0 + 31,
+                              epoch_done=1))
+    [epoch] = pool.summary()["epochs"]
+    assert epoch["epoch"] == 1 and epoch["size"] is None  # passive: Ray Data sized the pool
+    assert epoch["wait"] == pytest.approx(max(w / s for w, s in waits.values()))
+    assert epoch["work_s"] == pytest.approx(work)
+    assert epoch["train_s"] == pytest.approx(max(s for _, s in waits.values()))
+    assert epoch["start"] <= epoch["end"]  # the controller's clock: from its start
+    for rank in (0, 1):  # the next epoch's totals start afresh, from the last one's end
+        pool.observe(RankWait(rank=rank, wait_s=0.5, step_s=1.0, steps=2, t=T0 + 40,
+                              epoch_done=2))
+    second = pool.epochs[1]
+    assert (second["wait"], second["work_s"], second["start"]) == (0.5, 0.0, epoch["end"])
 
 
 def test_the_run_says_whether_its_decode_actors_waited_or_computed(pool, T0):

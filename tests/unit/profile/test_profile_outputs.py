@@ -213,8 +213,10 @@ def test_the_reports_pool_section_says_whether_decode_actors_waited_or_computed(
                       "only 1 actor(s) at data.cpus_per_actor 1 (the diagnosis says what can "
                       "work)"}
     pool = {"enabled": True, "range": [1, 4], "final_size": 4, "max_size": 4,
-            "decisions": [held], "decode_cpu_share": 0.06}
+            "decisions": [held], "decode_cpu_share": 0.06,
+            "epochs": [{"epoch": 1, "size": 4, "wait": 0.312, "work_s": 20.5, "train_s": 9.0}]}
     text = write_report(tmp_path / "report.md", d, merged, pool).read_text()
+    assert "| 1 | 4 | 31.2% | 20.5 | 9.0 |" in text  # every epoch's totals
     assert ("The decode actors used 6% of a CPU while decoding: they mostly waited (I/O, "
             "sleeps), so more actors per CPU") in text
     assert "hold only 1 actor(s) at data.cpus_per_actor 1" in text  # the decision's reason
