@@ -43,6 +43,16 @@ class RunInbox(QuarantineRecords):
     def pool_cpus(self) -> float:
         return self._pool_cpus
 
+    # the last epoch whose totals the controller judged: a streamed epoch's ranks wait for it
+    # before the next execution starts, so that one starts with the pool the verdict set
+    _judged = 0
+
+    def set_judged(self, epoch: int) -> None:
+        self._judged = max(self._judged, epoch)
+
+    def judged(self) -> int:
+        return self._judged
+
     # -- the worker groups' placement groups, told by Ray Train's controller, for the driver to
     # remove should the controller die first (pipeline.job.abortable)
 

@@ -249,6 +249,9 @@ class Worker:
     save: Callable[..., None]  # checkpoint.save less the model, optimizer and schedule
     gauges: Observer | None = None
     data_ops: Callable[[], Any] | None = None  # Ray Data's operator stats of the last pass
+    # wait for the pool controller's verdict on an epoch (data.autoscale), before streaming
+    # the next: :func:`pipeline.pool.live_limits.await_verdict`
+    pool_verdict: Callable[[int], Any] | None = None
     extra: tuple[Observer, ...] = ()  # watch the steps after the loop's own observers
     clock: Callable[[], float] = time.perf_counter
     unix: Callable[[], float] = time.time
@@ -267,8 +270,11 @@ class Worker:
         self.transfer: TransferStats | None = None
 
     def run(self, resume: checkpoint.Resume | None = None) -> None:
-        for epoch in range(resume.epoch if resume else 0, self.spec.config.train.epochs):
+        first = resume.epoch if resume else 0
+        for epoch in range(first, self.spec.config.train.epochs):
             resumed = resume is not None and epoch == resume.epoch and len(resume.consumed) > 0
+            if epoch > first and self.pool_verdict and not self.train.replays:
+                self.pool_verdict(epoch)  # the epoch before this one (from 1): judged
             self.epoch(epoch, resume.consumed if resumed else None)
         if self.prof.enabled:
             # The last epoch's report, checkpoint and validation (after its summary was sent):
@@ -363,6 +369,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     Train's context and runs them (:class:`Worker`)."""
     import ray.train
 
+    from pipeline.pool.live_limits import await_verdict
+
     marks = {"process_start": process_start(), "entered": time.time()}
     spec: WorkerSpec = ray.get(loop_config["spec"])
     cfg = spec.config
@@ -403,7 +411,9 @@ def train_loop(loop_config: dict[str, Any]) -> None:
            save=functools.partial(checkpoint.save, stepper.model, stepper.optimizer, meta=meta,
                                   scheduler=stepper.scheduler),
            gauges=Gauges(TrainMetrics(cfg.run.name, rank)),
-           data_ops=lambda: operator_stats(train_shard.stats())).run(resume)
+           data_ops=lambda: operator_stats(train_shard.stats()),
+           pool_verdict=(functools.partial(await_verdict, spec.reporter)
+                         if cfg.data.elastic else None)).run(resume)
     if cfg.collective.probe and world > 1:
         _probe_link(spec, ctx, device)
 

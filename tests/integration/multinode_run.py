@@ -77,7 +77,7 @@ def main(output: str) -> None:
             "train.epochs=4", "train.batch_size=16", "train.cpus_per_worker=1",
             "train.model=tests.integration.elastic_transforms:paced_cnn",
             f"data.source={{kind: image_folder, path: {images}}}",
-            "data.cache=off", "data.val_fraction=0.05", "data.decode_batch_size=16",
+            "data.cache=off", "data.val_fraction=0", "data.decode_batch_size=16",
             "data.concurrency=[1, 8]", "data.cpus_per_actor=0.5",
             "data.transform=tests.integration.elastic_transforms:injected",
             "data.placement.labels={feedline.io/role: preprocess}",

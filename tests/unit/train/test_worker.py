@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from pipeline.messages import EpochClosed, EpochDone, EpochProgress, ProfileTail, RankWait
+from pipeline.train.checkpoint import Resume
+from pipeline.train.reshuffle import Group
 from pipeline.train.step import NonFiniteLossError
 from tests.unit.train.fake_worker import BATCH, ClockedTask, Epoch, worker
 
@@ -51,6 +53,36 @@ def test_the_pool_hears_each_ranks_wait_without_the_first_step_and_at_every_pass
         assert sum(p.steps for p in chunk) == 7
         assert sum(p.wait_s for p in chunk) == pytest.approx(7 * 0.25)
         assert len(chunk) >= 2  # at least one pulse within the epoch and the end
+
+
+def test_a_streamed_epoch_waits_for_the_pools_verdict_on_the_one_before():
+    """data.autoscale: the next execution's pool is the verdict's on the last epoch, so each
+    rank waits for it before streaming the next epoch (the multi-node run's pool shrank 4 -> 2
+    at an epoch's end and ran the next epoch at 4: without validation the next execution
+    started before the verdict)."""
+    plans = [Epoch(steps=4) for _ in range(EPOCHS)]
+    w, driver, script = worker(plans)
+    asked = []
+
+    def verdict(epoch):  # the driver takes half a second to judge
+        asked.append((epoch, len(driver.of(EpochClosed)), len(driver.of(EpochDone))))
+        script.clock.advance(0.5)
+
+    w.pool_verdict = verdict
+    w.run()
+    # after epoch e's validation, before epoch e + 1 trains; never before the first
+    assert asked == [(1, 1, 1), (2, 2, 2)]
+    # a resumed run: nothing to wait for before its first epoch (another run judged the last)
+    w, driver, script = worker(plans)
+    w.pool_verdict, asked = verdict, []
+    w.run(Resume(epoch=1, consumed=np.arange(0), step=0))
+    assert [e for e, *_ in asked] == [2]
+    # an epoch that replays the cache decodes nothing: no pool to wait for
+    w, driver, script = worker(plans)
+    w.pool_verdict, asked = verdict, []
+    w.train.replays, w.train.group = True, Group((0,), "one rank")  # dealt already
+    w.run()
+    assert asked == []
 
 
 def test_mid_epoch_checkpoints_hold_every_id_so_far_and_pause_in_a_resumed_epoch():
