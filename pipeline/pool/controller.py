@@ -9,7 +9,7 @@ totals for shrinking (:func:`~pipeline.pool.policy.decide_epoch`); on a change i
 - sets the pool's CPU limit on the inbox, which the running execution reads
   (:mod:`pipeline.pool.live_limits`): Ray Data's actor autoscaler grows the pool into it, and
   the next execution starts with it (at an epoch's end the ranks wait for the verdict on it,
-  :func:`~pipeline.pool.live_limits.await_verdict`, before they stream the next one);
+  :func:`~pipeline.train.loop.await_verdict`, before they stream the next one);
 - asks Ray's autoscaler for preprocessing nodes when the pool outgrows the CPUs of the nodes
   ``data.placement`` selects, with bundles of that placement only (never a training node's),
   and withdraws the request once the trainers stop waiting (and at the end of the run);

@@ -36,7 +36,6 @@ from ray.data import ActorPoolStrategy, ExecutionOptions, ExecutionResources
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
-VERDICT_WAIT_S = 5.0  # the driver polls its inbox every 0.5 s: a verdict takes about that
 
 _limits: dict[Any, float] = {}  # actor id → the last CPU limit read in this process
 _pollers: dict[Any, threading.Thread] = {}
@@ -77,25 +76,6 @@ def current_limit(board: Any) -> float | None:
                                              name="feedline-pool-limit")
             _pollers[key].start()
     return _limits.get(key)
-
-
-def await_verdict(board: Any, epoch: int, timeout_s: float = VERDICT_WAIT_S) -> bool:
-    """Wait (a Train worker, before it streams the epoch after ``epoch``) until the driver's
-    controller has judged ``epoch``'s totals, so the next execution's pool is the one the
-    verdict set. Its pulse went when the pass ended; validation and the checkpoint usually
-    outlast the judgement, and without them the next execution would start before it (the
-    multi-node test's pool, shrunk 4 -> 2 at an epoch's end, ran the next epoch at 4). False
-    when ``timeout_s`` passed first: the epoch starts with the limit as it is."""
-    import ray
-
-    deadline = time.monotonic() + timeout_s
-    while ray.get(board.judged.remote(), timeout=timeout_s) < epoch:
-        if time.monotonic() > deadline:
-            logger.warning("the pool controller did not judge epoch %d within %g s: the next "
-                           "epoch starts with the pool as it is", epoch, timeout_s)
-            return False
-        time.sleep(0.05)
-    return True
 
 
 class LiveLimits(ExecutionOptions):

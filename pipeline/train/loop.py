@@ -93,6 +93,7 @@ from pipeline.train.task import resolve_task, task_name
 from pipeline.transfer import TransferStats
 
 logger = logging.getLogger(__name__)
+VERDICT_WAIT_S = 5.0  # the driver drains its inbox every 0.5 s: a verdict takes about that
 
 
 def _device(use_gpu: bool) -> torch.device:
@@ -250,7 +251,7 @@ class Worker:
     gauges: Observer | None = None
     data_ops: Callable[[], Any] | None = None  # Ray Data's operator stats of the last pass
     # wait for the pool controller's verdict on an epoch (data.autoscale), before streaming
-    # the next: :func:`pipeline.pool.live_limits.await_verdict`
+    # the next (:func:`await_verdict`)
     pool_verdict: Callable[[int], Any] | None = None
     extra: tuple[Observer, ...] = ()  # watch the steps after the loop's own observers
     clock: Callable[[], float] = time.perf_counter
@@ -363,13 +364,30 @@ class Worker:
         return self.prof.epoch_summary(epoch=epoch + 1, peer_waits=peer)
 
 
+def await_verdict(board: Any, epoch: int, timeout_s: float = VERDICT_WAIT_S) -> bool:
+    """Wait (a Train worker, before it streams the epoch after ``epoch``) until the driver's
+    controller has judged ``epoch``'s totals, so the next execution's pool is the one the
+    verdict set. Its pulse went when the pass ended; validation and the checkpoint usually
+    outlast the judgement, and without them the next execution would start before it (the
+    multi-node test's pool, shrunk 4 -> 2 at an epoch's end, ran the next epoch at 4). False
+    when ``timeout_s`` passed first: the epoch starts with the limit as it is."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while ray.get(board.judged.remote(), timeout=timeout_s) < epoch:
+        if time.monotonic() > deadline:
+            logger.warning("the pool controller did not judge epoch %d within %g s: the next "
+                           "epoch starts with the pool as it is", epoch, timeout_s)
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def train_loop(loop_config: dict[str, Any]) -> None:
     """A Train worker's run (Ray Train calls :func:`pipeline.train.spec.run_worker`);
     ``loop_config = {"spec": ObjectRef[WorkerSpec]}``. Builds this rank's parts from Ray
     Train's context and runs them (:class:`Worker`)."""
     import ray.train
-
-    from pipeline.pool.live_limits import await_verdict
 
     marks = {"process_start": process_start(), "entered": time.time()}
     spec: WorkerSpec = ray.get(loop_config["spec"])
