@@ -364,23 +364,24 @@ class Worker:
         return self.prof.epoch_summary(epoch=epoch + 1, peer_waits=peer)
 
 
-def await_verdict(board: Any, epoch: int, timeout_s: float = VERDICT_WAIT_S) -> bool:
+def await_verdict(board: Any, epoch: int, timeout_s: float = VERDICT_WAIT_S) -> None:
     """Wait (a Train worker, before it streams the epoch after ``epoch``) until the driver's
     controller has judged ``epoch``'s totals, so the next execution's pool is the one the
     verdict set. Its pulse went when the pass ended; validation and the checkpoint usually
     outlast the judgement, and without them the next execution would start before it (the
-    multi-node test's pool, shrunk 4 -> 2 at an epoch's end, ran the next epoch at 4). False
-    when ``timeout_s`` passed first: the epoch starts with the limit as it is."""
+    multi-node test's pool, shrunk 4 -> 2 at an epoch's end, ran the next epoch at 4). After
+    ``timeout_s`` the epoch starts with the limit as it is."""
     import ray
 
     deadline = time.monotonic() + timeout_s
-    while ray.get(board.judged.remote(), timeout=timeout_s) < epoch:
-        if time.monotonic() > deadline:
-            logger.warning("the pool controller did not judge epoch %d within %g s: the next "
-                           "epoch starts with the pool as it is", epoch, timeout_s)
-            return False
-        time.sleep(0.05)
-    return True
+    try:
+        while ray.get(board.judged.remote(), timeout=timeout_s) < epoch:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            time.sleep(0.05)
+    except (TimeoutError, ray.exceptions.GetTimeoutError):
+        logger.warning("the pool controller did not judge epoch %d within %g s: the next "
+                       "epoch starts with the pool as it is", epoch, timeout_s)
 
 
 def train_loop(loop_config: dict[str, Any]) -> None:
