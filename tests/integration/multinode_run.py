@@ -7,7 +7,9 @@ The job also exercises the decode pool controller (``data.autoscale``): a sleep 
 makes one decode actor feed under a third of what the two trainers eat, and the pool starts at
 one actor. Once a whole epoch has run after the pool's last growth (it shows the grown pool
 feeding the trainers), each training step gets slower (a heavier model), so the actors idle and
-the pool should shrink back."""
+the pool should shrink back. No validation: nothing here reads it, and without it every epoch
+starts the moment the last one's pass ends, before the driver has drained the ranks' last pulses:
+the pool's shrink must still reach the next epoch (``pipeline.train.loop.await_verdict``)."""
 
 import json
 import sys
