@@ -25,6 +25,7 @@ Ray Train's context: unit tests drive the same loop with fakes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import socket
@@ -373,13 +374,12 @@ def await_verdict(board: Any, epoch: int, timeout_s: float = VERDICT_WAIT_S) -> 
     ``timeout_s`` the epoch starts with the limit as it is."""
     import ray
 
-    deadline = time.monotonic() + timeout_s
-    try:
-        while ray.get(board.judged.remote(), timeout=timeout_s) < epoch:
-            if time.monotonic() > deadline:
-                raise TimeoutError
+    deadline, judged = time.monotonic() + timeout_s, 0
+    with contextlib.suppress(ray.exceptions.GetTimeoutError):
+        while (judged := ray.get(board.judged.remote(), timeout=timeout_s)) < epoch \
+                and time.monotonic() < deadline:
             time.sleep(0.05)
-    except (TimeoutError, ray.exceptions.GetTimeoutError):
+    if judged < epoch:
         logger.warning("the pool controller did not judge epoch %d within %g s: the next "
                        "epoch starts with the pool as it is", epoch, timeout_s)
 
