@@ -118,6 +118,11 @@ class ProgressMonitor:
                 except Exception:  # a failed decision must not stop the progress display
                     logger.exception("pool controller")
 
+    @property
+    def last_epoch(self) -> int:
+        """The last epoch every rank reported (0: none yet)."""
+        return max(self._reported, default=0)
+
     def drain(self) -> None:
         """Take what the workers sent since the last call (the driver's thread polls; a caller
         that must know now, after a failed fit, may call it too)."""

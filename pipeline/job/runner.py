@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,27 @@ def last_checkpoint(output: Path, *, check: bool = False) -> dict[str, Any] | No
     meta = json.loads((path / META_FILE).read_text())
     return {"path": str(path), "epoch": meta["epoch"], "step": meta["step"],
             "task": meta.get("task")}
+
+
+# A stop keeps the epoch the ranks just reported: its checkpoint is written right after, and
+# Ray Train's controller registers it at its next poll (CONTROLLER_POLL_S); aborting before that
+# lost it (a Ctrl-C in the first moments of validation). The wait is bounded: a second signal
+# stops at once, and a controller that is gone never registers anything.
+KEEP_EPOCH_S = 5.0
+
+
+def await_checkpoint(output: Path, epoch: int, *, timeout_s: float = KEEP_EPOCH_S,
+                     clock: Any = time.monotonic, sleep: Any = time.sleep) -> bool:
+    """Wait until Ray Train has registered a checkpoint of ``epoch`` (or later) in
+    ``output``: True, or False once ``timeout_s`` passed without one."""
+    deadline = clock() + timeout_s
+    while True:
+        latest = last_checkpoint(output)
+        if latest is not None and latest["epoch"] >= epoch:
+            return True
+        if clock() >= deadline:
+            return False
+        sleep(0.05)
 
 
 def check_checkpoint(path: Path, where: str) -> None:
@@ -330,6 +352,11 @@ def _fit(job: Job, reporter: Any, monitor: ProgressMonitor,
         with _controller_poll(CONTROLLER_POLL_S):
             return trainer.fit()
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (pipeline.cluster.stop)
+        monitor.drain()
+        if monitor.last_epoch and not await_checkpoint(job.output, monitor.last_epoch):
+            logger.warning("epoch %d's checkpoint was not registered within %g s of the stop: "
+                           "a rerun resumes from the one before", monitor.last_epoch,
+                           KEEP_EPOCH_S)
         trainer.abort()
         raise
     except Exception as exc:
