@@ -33,6 +33,7 @@ from pipeline.data.sources.digits import plan_digits
 from pipeline.data.sources.image_folder import plan_image_folder
 from pipeline.data.sources.parquet import plan_parquet
 from pipeline.data.split import validation_mask
+from pipeline.data.udf.local import RankSlices
 from pipeline.data.udf.reader import EpochManifest, ReaderSpec, SampleReader
 
 # One preprocessing batch per block. Every streamed epoch's first batch waits for the pipeline
@@ -60,6 +61,7 @@ class DataPlan:
     skipped: tuple[tuple[str, str], ...] = ()  # (path, reason) of files the source did not read
     row_bytes: int = 0  # bytes of one row as the trainers receive it; 0: from sample_shape
     keep_order: bool = False  # ids are positions: every execution must keep block order
+    val_slices: RankSlices | None = None  # validation read in the ranks (instead of ``val``)
 
 
 def plan_source(config: DataConfig) -> tuple[SourcePlan, ReaderSpec] | None:
@@ -137,14 +139,16 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
 def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: Any = None,
                    source: tuple[SourcePlan, ReaderSpec] | None = None,
                    datasets: Any = None, pulse: Any = None, reshuffle: bool = True,
-                   decode_pool: Any = None) -> DataPlan:
+                   decode_pool: Any = None, val_in_rank: bool = False) -> DataPlan:
     """Build the train (and validation) datasets from ``source`` (:func:`plan_source`'s result),
     planning it here when not given; a ``ray`` source takes ``datasets`` (given to
     ``pipeline.run``) or calls its function. The training set's decode actors send their busy
     time to ``pulse`` (``data.autoscale``), and each streamed epoch of it reads the samples in a
     fresh order unless ``reshuffle`` is false (``train.deterministic``); its actors are
     ``decode_pool`` (a Ray Data compute strategy: the pool controller's, with
-    ``data.autoscale``), by default a pool within ``data.concurrency``. Runs on the driver."""
+    ``data.autoscale``), by default a pool within ``data.concurrency``. With ``val_in_rank`` a
+    file source's validation set is not a dataset but ``val_slices``, read by the ranks
+    themselves (:mod:`pipeline.data.udf.local`). Runs on the driver."""
     if isinstance(config.source, RaySource):
         from pipeline.data.sources.ray_dataset import plan_ray
 
@@ -173,8 +177,7 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
             num_val, train_ids = int(is_val.sum()), ids[~is_val]
         train = _read(manifest, train_spec, config, quarantine, rows_per_block, pulse, seed,
                       decode_pool)
-        val = (_read(manifest, val_spec, config, quarantine, rows_per_block)
-               if config.val_fraction > 0 else None)
+        val_manifest = manifest if config.val_fraction > 0 else None
         shape, field, num_train = (len(spec.features),), "features", total - num_val
     else:
         rows_per_block = BATCHES_PER_BLOCK * config.decode_batch_size
@@ -184,17 +187,21 @@ def build_datasets(config: DataConfig, *, ship_uint8: bool = False, quarantine: 
         val_manifest = manifest.filter(pa.array(is_val))
         train = _read(train_manifest, spec, config, quarantine, rows_per_block, pulse, seed,
                       decode_pool)
-        val = (_read(val_manifest, spec, config, quarantine, rows_per_block)
-               if val_manifest.num_rows else None)
         height, width = config.image_size
         shape, field = (config.channels, height, width), "image"
         num_train, num_val = train_manifest.num_rows, val_manifest.num_rows
         train_ids = train_manifest.column("id").to_numpy()
+        val_spec, val_manifest = spec, val_manifest if num_val else None
+    val = val_slices = None
+    if val_manifest is not None and val_in_rank:
+        val_slices = RankSlices(val_manifest, val_spec, config.decode_batch_size)
+    elif val_manifest is not None:
+        val = _read(val_manifest, val_spec, config, quarantine, rows_per_block)
     if num_train == 0:
         raise ValueError(f"data.val_fraction ({config.val_fraction}) leaves no training samples "
                          f"from {plan.origin}; lower it")
     return DataPlan(train=train, val=val, classes=plan.classes, field=field,
                     sample_shape=shape, num_train=num_train, num_val=num_val, origin=plan.origin,
-                    train_ids=train_ids, skipped=plan.skipped)
+                    train_ids=train_ids, skipped=plan.skipped, val_slices=val_slices)
 
 

@@ -7,7 +7,8 @@
 - :mod:`.breakdown`: where the wall time went, process start to exit;
   :mod:`.delivered`: every rank's sample ids per epoch (``delivered.npz``).
 - :mod:`.abortable`: a ``TorchTrainer`` a signal can stop; :mod:`.split`: how the datasets
-  are split among the Train workers (validation unevenly: every row scored).
+  are split among the Train workers (a ``ray`` source's validation unevenly: every row
+  scored; the ranks read a file source's validation themselves).
 
 What runs inside a Train worker is :mod:`pipeline.train`.
 """

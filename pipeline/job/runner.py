@@ -248,7 +248,7 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
                           quarantine=reporter, source=source, datasets=datasets,
                           pulse=reporter if config.data.ours else None,
-                          reshuffle=not config.train.deterministic,
+                          reshuffle=not config.train.deterministic, val_in_rank=True,
                           # the pool controller's size (pipeline.pool.controller)
                           decode_pool=LivePool(board=reporter, min_size=low, max_size=high,
                                                cpus_per_actor=config.data.cpus_per_actor)
@@ -343,7 +343,8 @@ def _fit(job: Job, reporter: Any, monitor: ProgressMonitor,
     config, data = job.config, job.data
     spec = WorkerSpec(config=config, field=data.field, sample_shape=data.sample_shape,
                       num_classes=len(data.classes), use_gpu=job.plan.use_gpu,
-                      has_val=data.val is not None, reporter=reporter,
+                      has_val=data.val is not None or data.val_slices is not None,
+                      reporter=reporter, val_slices=data.val_slices,
                       num_train=data.num_train, num_val=data.num_val, task=job.task,
                       row_bytes=data.row_bytes, rank_plans=job.network["rank_plans"])
     trainer = _trainer(config, job.plan, data, spec, job.network["env"], job.backend,

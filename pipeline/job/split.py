@@ -5,7 +5,8 @@ The training set is split evenly, as Ray Train does: every rank gets as many row
 runs out of batches while its peers wait for it in an all-reduce (the rows that do not divide
 by the worker count are left out, and the accounting says which: ``split_remainder``).
 Validation has no step in lockstep, and its counts are summed over the ranks: it is split
-unevenly, so every validation row is scored.
+unevenly, so every validation row is scored. (Only a ``ray`` source's validation set comes
+here; the ranks read a file source's themselves, :mod:`pipeline.data.udf.local`.)
 """
 
 from __future__ import annotations

@@ -415,8 +415,12 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     caches = _caches(spec, ctx, ranks)
     feed = FeedSpec.from_config(cfg, spec.field)
     train = FeedChain(feed, train_shard, device=device, cache=caches["train"], rank=rank)
-    val = (FeedChain(feed, ray.train.get_dataset_shard("val"), device=device,
-                     cache=caches["val"], rank=rank, train=False) if spec.has_val else None)
+    val = None
+    if spec.has_val:  # a file source's: read here; a ray source's: Ray Train's split
+        val_shard = (spec.val_slices.shard(rank, world, quarantine=spec.reporter)
+                     if spec.val_slices is not None else ray.train.get_dataset_shard("val"))
+        val = FeedChain(feed, val_shard, device=device, cache=caches["val"], rank=rank,
+                        train=False)
 
     resume = checkpoint.load(stepper.model, stepper.optimizer, device, cfg.train.resume_from,
                              stepper.scheduler)

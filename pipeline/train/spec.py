@@ -28,6 +28,7 @@ class WorkerSpec:
     num_val: int = 0
     task: Any = None  # a Task (resolved on the driver); None: train.task, resolved here
     row_bytes: int = 0  # one row as the worker receives it; 0: estimated from sample_shape
+    val_slices: Any = None  # RankSlices: validation read in the ranks (file sources)
     rank_plans: Any = None  # hostname → per-GPU NCCL plans (pipeline.collective.ranks)
 
 
