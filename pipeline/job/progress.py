@@ -75,6 +75,7 @@ class ProgressMonitor:
         self._lines: dict[int, dict] = {}  # epoch → its line, until validation closes it
         self._closed: dict[int, EpochClosed] = {}
         self._stop = threading.Event()
+        self._drain_lock = threading.Lock()  # the poll thread's and a caller's drains in turn
         self._thread = threading.Thread(target=self._run, name="feedline-progress", daemon=True)
         self._progress = Progress(
             TextColumn("[bold]epoch {task.fields[epoch]}/{task.fields[epochs]}"), BarColumn(),
@@ -128,16 +129,17 @@ class ProgressMonitor:
         that must know now, after a failed fit, may call it too)."""
         import ray
 
-        try:
-            records = ray.get(self.reporter.drain.remote(), timeout=30)
-        except (ray.exceptions.RayError, TimeoutError) as exc:
-            logger.warning("progress reporter unavailable: %s", exc)
-            return
-        for message in records:
+        with self._drain_lock:
             try:
-                self._take(message)
-            except OSError as exc:  # a full disk: said once, the run fails when fit() returns
-                self._write_failed(exc)
+                records = ray.get(self.reporter.drain.remote(), timeout=30)
+            except (ray.exceptions.RayError, TimeoutError) as exc:
+                logger.warning("progress reporter unavailable: %s", exc)
+                return
+            for message in records:
+                try:
+                    self._take(message)
+                except OSError as exc:  # a full disk: said once, the run fails when fit() ends
+                    self._write_failed(exc)
 
     def _write_failed(self, exc: OSError) -> None:
         if self.write_error is None:

@@ -34,16 +34,16 @@ class RankSlices:
 
     def shard(self, rank: int, world: int, quarantine: Any = None) -> LocalShard:
         """Rank ``rank`` of ``world``'s contiguous slice (sizes differ by at most one row)."""
-        start, stop = (int(x) for x in np.linspace(0, self.manifest.num_rows, world + 1)[
-            [rank, rank + 1]].round())
+        bounds = np.linspace(0, self.manifest.num_rows, world + 1).round().astype(int)
+        start, stop = int(bounds[rank]), int(bounds[rank + 1])
         return LocalShard(self.manifest.slice(start, stop - start), self.spec,
                           decode_batch_size=self.decode_batch_size, quarantine=quarantine)
 
 
 class LocalShard:
     """The part of Ray's ``DataIterator`` that :class:`~pipeline.train.chain.FeedChain` uses,
-    over ``manifest`` decoded in this process. One reader for every pass, as one decode actor
-    would have counted bad samples for the whole pass."""
+    over ``manifest`` decoded in this process. One reader serves every pass (each epoch's
+    with ``data.cache: off``), so its bad-sample thresholds count them all."""
 
     def __init__(self, manifest: Any, spec: ReaderSpec, *, decode_batch_size: int,
                  quarantine: Any = None) -> None:

@@ -47,7 +47,10 @@ def test_the_line_carries_validation_whichever_message_comes_first(tmp_path):
 
 def test_an_epoch_whose_validation_never_came_keeps_its_line_in_order(tmp_path):
     mon = monitor(tmp_path)
+    mon._on_epoch(epoch_record(1, 0, np.arange(2)))
+    assert mon.last_epoch == 0  # the epoch a stop keeps: not until every rank reported it
     report(mon, 1)  # a restart during epoch 1's validation: the group resumes at epoch 2
+    assert mon.last_epoch == 1
     report(mon, 2)
     mon._on_closed(EpochClosed(epoch=2, metrics={"val_accuracy": 0.5}, ended_at=3.0))
     report(mon, 3)  # stopped during epoch 3's validation
