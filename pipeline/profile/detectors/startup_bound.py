@@ -8,8 +8,8 @@ all-reduce time a rank spent in its first step waiting for a peer whose start-up
 The remedy depends on whether the start-up repeats. When the epochs after the first pay
 together at least half the first epoch's start-up, the decoded samples are not being reused:
 ``data.cache: memory`` keeps each rank's decoded shard so later epochs replay it instead of
-restarting Ray Data and decoding again (validation, which restarts its own pipeline, replays
-too). That removes the repeated start-up *and* the repeated decoding, so it comes first. A
+restarting Ray Data and decoding again (validation, decoded again every epoch without it,
+replays too). That removes the repeated start-up *and* the repeated decoding, so it comes first. A
 saturated decode pool (busy at least ``data_busy_fraction``) makes every decoding epoch's first
 blocks wait for it: more actors come next (with the cache on, they still speed up the epoch that
 decodes, which is all the start-up that is left). When only the first epoch pays it and the pool
@@ -59,8 +59,8 @@ def detect(facts: Facts) -> Finding | None:
                f"decoded samples instead of restarting Ray Data")
         validation = facts.costs.get("validation", 0.0)
         if validation > _VALIDATION_NOTABLE:
-            fix += (f" (validation, {pct(validation)} of the training phase, restarts its own "
-                    f"pipeline every epoch and replays from the cache too)")
+            fix += (f" (validation, {pct(validation)} of the training phase, decodes its "
+                    f"samples again every epoch and replays them from the cache too)")
         changes.append(change("data.cache", "memory",
                               f"every epoch restarts Ray Data: {later_mean:.2f} s per epoch "
                               f"before its first batch, {pct(share)} of the training phase"))
