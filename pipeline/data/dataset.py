@@ -63,6 +63,11 @@ class DataPlan:
     keep_order: bool = False  # ids are positions: every execution must keep block order
     val_slices: RankSlices | None = None  # validation read in the ranks (instead of ``val``)
 
+    @property
+    def has_val(self) -> bool:
+        """Whether there is a validation set, as a dataset or as slices the ranks read."""
+        return self.val is not None or self.val_slices is not None
+
 
 def plan_source(config: DataConfig) -> tuple[SourcePlan, ReaderSpec] | None:
     """Plan the configured source on the driver (lists files / reads parquet metadata).

@@ -343,8 +343,7 @@ def _fit(job: Job, reporter: Any, monitor: ProgressMonitor,
     config, data = job.config, job.data
     spec = WorkerSpec(config=config, field=data.field, sample_shape=data.sample_shape,
                       num_classes=len(data.classes), use_gpu=job.plan.use_gpu,
-                      has_val=data.val is not None or data.val_slices is not None,
-                      reporter=reporter, val_slices=data.val_slices,
+                      has_val=data.has_val, reporter=reporter, val_slices=data.val_slices,
                       num_train=data.num_train, num_val=data.num_val, task=job.task,
                       row_bytes=data.row_bytes, rank_plans=job.network["rank_plans"])
     trainer = _trainer(config, job.plan, data, spec, job.network["env"], job.backend,
