@@ -138,21 +138,33 @@ def _execution_options(config: Config, plan: ResourcePlan, data: DataPlan,
 def last_checkpoint(output: Path, *, check: bool = False) -> dict[str, Any] | None:
     """The checkpoint a rerun into ``output`` resumes from: the latest one Ray Train registered
     (its snapshot under ``RUN_DIR/ray/train``), with the epoch and step it holds. ``check``
-    (once, when a rerun claims the folder): refuse a damaged one (:func:`check_checkpoint`)."""
-    snapshot = output / "ray" / "train" / "checkpoint_manager_snapshot.json"
-    if not snapshot.exists():
-        return None
-    latest = json.loads(snapshot.read_text()).get("latest_checkpoint_result")
-    if not latest:
-        return None
-    from pipeline.train.checkpoint import META_FILE  # imports torch: only for a rerun
+    (once, when a rerun claims the folder): refuse a damaged one (:func:`check_checkpoint`).
 
-    path = snapshot.parent / latest["checkpoint_dir_name"]
-    if check:
-        check_checkpoint(path, f"run.output ({str(output)!r})")
-    meta = json.loads((path / META_FILE).read_text())
-    return {"path": str(path), "epoch": meta["epoch"], "step": meta["step"],
-            "task": meta.get("task")}
+    While the run goes on, Ray Train registers newer checkpoints and deletes older ones
+    (``num_to_keep``): a snapshot read just before names a folder that is gone. It is read
+    again then; a folder still missing after :data:`SNAPSHOT_READS` reads counts as none."""
+    snapshot = output / "ray" / "train" / "checkpoint_manager_snapshot.json"
+    for _ in range(SNAPSHOT_READS):
+        if not snapshot.exists():
+            return None
+        latest = json.loads(snapshot.read_text()).get("latest_checkpoint_result")
+        if not latest:
+            return None
+        from pipeline.train.checkpoint import META_FILE  # imports torch: only for a rerun
+
+        path = snapshot.parent / latest["checkpoint_dir_name"]
+        if check:
+            check_checkpoint(path, f"run.output ({str(output)!r})")
+        try:
+            meta = json.loads((path / META_FILE).read_text())
+        except FileNotFoundError:
+            continue  # deleted after the snapshot was read: the snapshot has moved on
+        return {"path": str(path), "epoch": meta["epoch"], "step": meta["step"],
+                "task": meta.get("task")}
+    return None
+
+
+SNAPSHOT_READS = 3
 
 
 # A stop keeps the epoch the ranks just reported: its checkpoint is written right after, and

@@ -57,3 +57,18 @@ def test_no_snapshot_yet_waits_too(tmp_path):
     clock = FakeClock()
     assert not await_checkpoint(tmp_path, 1, timeout_s=1.0, clock=clock, sleep=clock.sleep)
     assert 1.0 <= clock.now < 1.1
+
+
+def test_a_snapshot_naming_a_deleted_checkpoint_is_no_checkpoint_yet(tmp_path):
+    """Ray Train deletes checkpoints beyond num_to_keep as it registers newer ones: a snapshot
+    read just before names a folder that is gone (seen when SIGTERM came mid-epoch with
+    train.checkpoint_every). The wait goes on until the snapshot names one that is there."""
+    register(tmp_path)
+    train = tmp_path / "ray" / "train"
+    folder = train / json.loads((train / "checkpoint_manager_snapshot.json").read_text())[
+        "latest_checkpoint_result"]["checkpoint_dir_name"]
+    shutil.rmtree(folder)
+    assert last_checkpoint(tmp_path) is None
+    clock = FakeClock([(0.5, lambda: register(tmp_path))])
+    assert await_checkpoint(tmp_path, 1, clock=clock, sleep=clock.sleep)
+    assert 0.5 <= clock.now < 0.6
