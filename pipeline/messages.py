@@ -1,4 +1,4 @@
-"""Everything Train workers and decode actors tell the driver, in one place.
+"""Everything Train workers and decoding processes tell the driver, in one place.
 
 Workers :func:`send` these to the run's inbox (:class:`pipeline.job.inbox.RunInbox`, an actor
 on the driver's node); the driver drains it while ``fit()`` runs (:mod:`pipeline.job.progress`)
@@ -6,7 +6,7 @@ and hands the pool's pulses to its controller (:mod:`pipeline.pool.controller`):
 
     Train worker ── Started, EpochProgress, RankWait, EpochDone, EpochClosed, ProfileTail,
                     LinkProbe, Diverged ───────────────────────────────────────────────►  inbox
-    decode actor ── DecodeBusy ────────────────────────────────────────────────────────►
+    decode task ─── DecodeBusy ────────────────────────────────────────────────────────►
 
 Frozen dataclasses: they pickle through Ray, and a reader sees every field a message carries.
 No Ray import here: :func:`send` calls the handle it is given.
@@ -52,7 +52,7 @@ class RankWait:
 
 @dataclass(frozen=True)
 class DecodeBusy:
-    """One decode actor's time spent decoding since its last pulse, and the CPU time it used
+    """One decoding process's time spent decoding since its last pulse, and the CPU time it used
     meanwhile (far less than ``busy_s``: it waited on I/O or sleeps rather than computed)."""
 
     actor: str

@@ -99,21 +99,21 @@ class DataConfig:
                   "it); 'rank' each rank its own rows, reordered")
     val_fraction: float = option(0.2, "share of samples held out for validation", ge=0, lt=1)
     seed: int = option(0, "seed of the split and of any augmentation")
-    concurrency: tuple[int, int] = option((1, 2), "[min, max] preprocessing actors (autoscaled)",
+    concurrency: tuple[int, int] = option((1, 2), "[min, max] decode tasks at once (autoscaled)",
                                           ge=1)
     autoscale: bool = option(True, "size the decode pool within concurrency by the trainers' "
                                    "data wait (grow while they wait and the actors are busy; "
                                    "after an epoch nobody waited in, shrink to what its "
                                    "decoding needed), and ask Ray's autoscaler for "
                                    "preprocessing nodes when the pool outgrows them; false "
-                                   "leaves sizing to Ray Data's own queue-based autoscaler")
-    autoscale_cooldown_s: float = option(10.0, "seconds between two pool changes (new actors "
-                                               "take seconds to start)", gt=0)
-    cpus_per_actor: float = option(1.0, "CPUs each preprocessing actor reserves", gt=0)
+                                   "leaves it to Ray Data, up to concurrency's max")
+    autoscale_cooldown_s: float = option(10.0, "seconds between two pool changes (a new "
+                                               "decoding process takes seconds to start)", gt=0)
+    cpus_per_actor: float = option(1.0, "CPUs each decode task reserves", gt=0)
     placement: PlacementConfig = field(default_factory=PlacementConfig, metadata={
-        "doc": "nodes the preprocessing actors run on (CPU nodes)"})
-    decode_batch_size: int = option(64, "rows per decode batch of the preprocessing actors (Ray "
-                                        "Data map_batches); the training batch is "
+        "doc": "nodes the decode tasks run on (CPU nodes)"})
+    decode_batch_size: int = option(64, "rows per decode batch of the decode tasks (Ray Data "
+                                        "map_batches); the training batch is "
                                         "train.batch_size", ge=1)
     cache: bool | Literal["auto", "memory", "disk", "off"] = option(
         "auto", "decoded-sample cache: 'memory' or 'disk' keep each trainer's decoded samples "

@@ -250,21 +250,15 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     → summary."""
     import ray
 
-    from pipeline.pool.live_limits import LivePool  # imports Ray Data
     from pipeline.train.task import resolve_task
 
     plan, backend, backend_reason = _resources(config, console)
     # the run's one actor: the workers' messages, the pool's limit and the quarantine
     reporter = RunInbox.options(**_on_this_node()).remote(config.run.name)
-    low, high = config.data.concurrency
     data = build_datasets(config.data, ship_uint8=config.transfer.ship_uint8,
                           quarantine=reporter, source=source, datasets=datasets,
                           pulse=reporter if config.data.ours else None,
-                          reshuffle=not config.train.deterministic, val_in_rank=True,
-                          # the pool controller's size (pipeline.pool.controller)
-                          decode_pool=LivePool(board=reporter, min_size=low, max_size=high,
-                                               cpus_per_actor=config.data.cpus_per_actor)
-                          if config.data.elastic else None)
+                          reshuffle=not config.train.deterministic, val_in_rank=True)
     _say_data(config, data, console)
     job = Job(config=config, output=output, plan=plan, backend=backend,
               backend_reason=backend_reason, network=nccl_advice(config), data=data,

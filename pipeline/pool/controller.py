@@ -1,14 +1,14 @@
 """The decode pool's controller on the driver (``data.autoscale``): trainers' wait in, pool out.
 
-Every rank sends its data wait about once a second (``wait`` records) and every decode actor its
-decode time (``decode`` records), both through the :class:`~pipeline.job.inbox.RunInbox` the
+Every rank sends its data wait about once a second (``wait`` records) and every decoding process
+its decode time (``decode`` records), both through the :class:`~pipeline.job.inbox.RunInbox` the
 progress monitor drains. Every :data:`TICK_S` the controller judges the last :data:`WINDOW_S`
 for growth (:func:`pipeline.pool.policy.decide`), and at the end of every epoch that epoch's
 totals for shrinking (:func:`~pipeline.pool.policy.decide_epoch`); on a change it
 
 - sets the pool's CPU limit on the inbox, which the running execution reads
-  (:mod:`pipeline.pool.live_limits`): Ray Data's actor autoscaler grows the pool into it, and
-  the next execution starts with it (at an epoch's end the ranks wait for the verdict on it,
+  (:mod:`pipeline.pool.live_limits`): Ray Data runs as many decode tasks at once as it
+  holds, and the next execution too (at an epoch's end the ranks wait for the verdict on it,
   :func:`~pipeline.train.loop.await_verdict`, before they stream the next one);
 - asks Ray's autoscaler for preprocessing nodes when the pool outgrows the CPUs of the nodes
   ``data.placement`` selects, with bundles of that placement only (never a training node's),
@@ -110,7 +110,7 @@ class PoolController:
 
     def window(self, now: float) -> Window:
         """The last :data:`WINDOW_S`, or less: only pulses since the whole pool first decoded
-        (before, or in the first half of the cooldown, new actors were still starting)."""
+        (before, or in the first half of the cooldown, new processes were still starting)."""
         settled = self._full_at or self._changed + self.config.autoscale_cooldown_s / 2
         start = max(now - WINDOW_S, settled)
         with self._lock:
@@ -129,9 +129,14 @@ class PoolController:
             else:
                 busy[p.actor] = busy.get(p.actor, 0.0) + p.busy_s
         wait = max((w / s for w, s in waits.values() if s > 0), default=0.0)
-        actors = len(busy)
-        share = sum(busy.values()) / (actors * (now - start)) if actors and now > start else 0.0
-        return Window(wait=wait, busy=min(1.0, share), actors=actors, steps=steps)
+        # Decode tasks land on whichever of Ray's worker processes is idle: a pool of one task
+        # at a time can report from three processes in a window. The pool is the tasks that run
+        # at once, so it is at most what the limit holds (data.concurrency's max, left alone).
+        actors = min(len(busy), self.size if self.act else self.high)
+        span = now - start
+        share = sum(busy.values()) / (actors * span) if actors and span > 0 else 0.0
+        return Window(wait=wait, busy=min(1.0, share), actors=actors, steps=steps,
+                      decoding=sum(busy.values()) / span if span > 0 else 0.0)
 
     # -- decisions -----------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
@@ -144,7 +149,8 @@ class PoolController:
         window = self.window(now)
         self.samples.append({"t": now, "target": self.size if self.act else None,
                              "limit_cpus": self.limit if self.act else None,
-                             "actors": window.actors, "steps": window.steps,
+                             "actors": window.actors, "decoding": round(window.decoding, 2),
+                             "steps": window.steps,
                              "wait": window.wait, "busy": window.busy})
         if not self.act:
             return

@@ -1,15 +1,17 @@
 """Sizing the decode pool from the trainers' data wait (``data.autoscale``): the policy.
 
-Ray Data sizes an actor pool by its own queue: with the whole manifest enqueued at once it grows
-to ``data.concurrency``'s max and decodes the epoch as fast as it can into the object store,
-whether the trainers need the samples yet or not. This policy sizes it by what the trainers wait
-instead, as Cachew and Meta's DPP do. The driver's controller (:mod:`pipeline.pool.controller`)
-feeds it the slowest rank's data-wait fraction and the decode actors' busy time:
+Left alone, Ray Data runs as many decode tasks as it has input for: with the whole manifest
+enqueued at once, ``data.concurrency``'s max, decoding the epoch as fast as it can into the
+object store, whether the trainers need the samples yet or not. This policy sizes it by what
+the trainers wait instead, as Cachew and Meta's DPP do. The driver's controller
+(:mod:`pipeline.pool.controller`) feeds it the slowest rank's data-wait fraction and the decode
+actors' busy time:
 
 - **grow**, judged every few seconds on a short window, while the slowest rank waits more than
   ``GROW_WAIT`` of its step time and the actors are busy: when decoding is the bottleneck the
   trainers get ``(1 - wait)`` of what they could eat, so the pool needs ``1 / (1 - wait)`` times
-  the actors it has (at most 4x per decision). Ray Data grows a running pool within seconds.
+  the actors it has (at most 4x per decision). Ray Data grows a running pool within seconds
+  (an "actor" here is one decode task at a time: the processes decoding).
 - **shrink**, judged when an epoch ends, on its totals: when no rank waited more than
   ``SHRINK_WAIT``, the epoch's decode work (actor-seconds) spread over its training time needs
   ``work / (train time x TARGET_BUSY)`` actors. A whole epoch, because a pool that decodes
@@ -47,8 +49,9 @@ class Window:
 
     wait: float  # the slowest rank's data-wait share of its step time, first batches excluded
     busy: float  # the decode actors' busy share of the window (decode time / actors x window)
-    actors: int  # decode actors that reported in the window
+    actors: int  # decode actors (tasks at once) that reported in the window, at most the pool
     steps: int  # training steps the ranks reported in it (0: nothing to judge)
+    decoding: float = 0.0  # decode seconds per second of the window: tasks at once, on average
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 CONTROL = Path(os.environ.get("FEEDLINE_COST_FILE",
                               Path(tempfile.gettempdir()) / "feedline-costs.json"))
+# where decoding ran, when this folder exists: a file per decoding process, holding its node id
+WHERE = CONTROL.with_suffix(".where")
 
 
 def set_costs(*, decode_s: float | None = None, step_s: float | None = None,
@@ -33,7 +35,11 @@ def read_costs(path: Path = CONTROL) -> dict[str, float]:
 
 
 def injected(batch):
-    """Sleep the current decode cost per sample (no file: no cost)."""
+    """Sleep the current decode cost per sample (no file: no cost); note the node (``WHERE``)."""
+    if WHERE.is_dir() and not (WHERE / str(os.getpid())).exists():
+        import ray
+
+        (WHERE / str(os.getpid())).write_text(ray.get_runtime_context().get_node_id())
     cost = read_costs().get("decode_s", 0.0)
     if cost > 0:
         time.sleep(cost * len(batch["id"]))

@@ -1,17 +1,18 @@
 """Run in a process of its own: a multi-node `ray.cluster_utils.Cluster` on this machine with
 two preprocessing nodes and one training node (labels as in cluster.yaml, plus a fake resource),
-one Feedline job on it, and where every actor ran. Prints one JSON line; the cluster is shut
-down by its owner.
+one Feedline job on it, and where every actor and decoding process ran. Prints one JSON line;
+the cluster is shut down by its owner.
 
 The job also exercises the decode pool controller (``data.autoscale``): a sleep per sample
-makes one decode actor feed under a third of what the two trainers eat, and the pool starts at
-one actor. Once a whole epoch has run after the pool's last growth (it shows the grown pool
+makes one decode task at a time feed under a third of what the two trainers eat, and the pool
+starts at one. Once a whole epoch has run after the pool's last growth (it shows the grown pool
 feeding the trainers), each training step gets slower (a heavier model), so the actors idle and
 the pool should shrink back. No validation: nothing here reads it, and without it every epoch
 starts the moment the last one's pass ends, before the driver has drained the ranks' last pulses:
 the pool's shrink must still reach the next epoch (``pipeline.train.loop.await_verdict``)."""
 
 import json
+import shutil
 import sys
 import threading
 import time
@@ -25,7 +26,7 @@ from pipeline.data.sources.digits import write_digits
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # a script's path is its folder; Ray's workers import from ROOT
-from tests.integration.elastic_transforms import CONTROL, set_costs  # noqa: E402
+from tests.integration.elastic_transforms import CONTROL, WHERE, set_costs  # noqa: E402
 
 PRE = {"feedline.io/role": "preprocess"}
 TRAIN = {"feedline.io/role": "train"}
@@ -65,6 +66,8 @@ def digits_subset(folder: Path, per_class: int) -> Path:
 
 def main(output: str) -> None:
     set_costs(decode_s=DECODE_S, step_s=STEP_S)
+    shutil.rmtree(WHERE, ignore_errors=True)
+    WHERE.mkdir()
     images = digits_subset(Path(output).parent / "digits", PER_CLASS)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     changed: dict = {}
@@ -79,7 +82,8 @@ def main(output: str) -> None:
             "train.epochs=4", "train.batch_size=16", "train.cpus_per_worker=1",
             "train.model=tests.integration.elastic_transforms:paced_cnn",
             f"data.source={{kind: image_folder, path: {images}}}",
-            "data.cache=off", "data.val_fraction=0", "data.decode_batch_size=16",
+            # 32 rows a task: starting a decode task costs tens of ms on this loaded machine
+            "data.cache=off", "data.val_fraction=0", "data.decode_batch_size=32",
             "data.concurrency=[1, 8]", "data.cpus_per_actor=0.5",
             "data.transform=tests.integration.elastic_transforms:injected",
             "data.placement.labels={feedline.io/role: preprocess}",
@@ -90,9 +94,11 @@ def main(output: str) -> None:
                   for a in ray._private.state.actors().values()]
         print("FEEDLINE-RESULT " + json.dumps({
             "summary": dict(result.summary), "actors": actors, "heavier_at": changed.get("t"),
+            "decoders": {f.name: f.read_text() for f in WHERE.iterdir()},
             "pre_nodes": [n.node_id for n in pre_nodes], "train_node": train_node.node_id}))
     finally:
         CONTROL.unlink(missing_ok=True)
+        shutil.rmtree(WHERE, ignore_errors=True)
         ray.shutdown()
         cluster.shutdown()
 

@@ -1,9 +1,9 @@
 """The decode pool controller's two actuators on real Ray 2.60: the CPU limit a running Ray Data
-execution reads again (pipeline.pool.live_limits), and Ray's autoscaler asked for preprocessing
-nodes (pipeline.pool.controller). The whole loop in a Train job runs in test_multinode.py."""
+execution reads again, which bounds its decode tasks (pipeline.pool.live_limits), and Ray's
+autoscaler asked for preprocessing nodes (pipeline.pool.controller). The whole loop in a Train
+job runs in test_multinode.py."""
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -15,38 +15,48 @@ import pyarrow as pa
 import pytest
 
 from pipeline.job.inbox import RunInbox
-from pipeline.pool.live_limits import POLL_S, LiveLimits, LivePool
+from pipeline.pool.live_limits import POLL_S, LiveLimits
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class Slow:
-    """A decode actor: 10 ms per row, and which process decoded it."""
+def slow(batch):
+    """A decode task: 10 ms per row; when it ran (wall clock: one machine, many processes)."""
+    begin = time.time()
+    time.sleep(0.01 * len(batch["id"]))
+    n = len(batch["id"])
+    return batch | {"begin": np.full(n, begin), "end": np.full(n, time.time())}
 
-    def __call__(self, batch):
-        time.sleep(0.01 * len(batch["id"]))
-        return batch | {"pid": np.full(len(batch["id"]), os.getpid())}
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most of ``spans`` (begin, end) that overlap at one instant."""
+    events = sorted([(b, 1) for b, _ in spans] + [(e, -1) for _, e in spans])
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
 
 
 @pytest.mark.timeout(180)
-def test_a_raised_limit_grows_a_running_pool_and_the_next_execution_starts_there(ray_cluster):
+def test_the_limit_moves_a_running_executions_decode_tasks_both_ways(ray_cluster):
     import ray
     import ray.data
     from ray.data import ExecutionResources
 
     board = RunInbox.remote()
-    ray.get(board.set_pool_cpus.remote(1.0))  # one actor of 1 CPU
-    blocks = [pa.table({"id": np.arange(i * 8, i * 8 + 8)}) for i in range(160)]
+    ray.get(board.set_pool_cpus.remote(1.0))  # one task of 1 CPU at a time
+    blocks = [pa.table({"id": np.arange(i * 8, i * 8 + 8)}) for i in range(200)]
     ds = ray.data.from_blocks(blocks).map_batches(
-        Slow, batch_size=8, num_cpus=1,
-        compute=LivePool(board=board, cpus_per_actor=1.0, min_size=1, max_size=4))
+        slow, batch_size=8, num_cpus=1, compute=ray.data.TaskPoolStrategy(size=4))
     ds.context.execution_options = LiveLimits(board=board, resource_limits=ExecutionResources())
     ds.context.enable_progress_bars = False
     splits = ds.streaming_split(2, equal=True)  # as Ray Train runs it: in a SplitCoordinator
 
-    def epoch(raise_after: int | None = None) -> list[set[int]]:
-        """Each split's pids, in rows taken before and after the limit is raised."""
-        phases: list[list[int]] = [[], []]
+    def epoch(limits: dict[int, float]) -> list[list[tuple[float, float]]]:
+        """Each phase's decode calls (begin, end): the limit moves to ``limits[rows]`` once
+        ``rows`` rows were taken, and a new phase begins there."""
+        phases: list[list[tuple[float, float]]] = [[] for _ in range(len(limits) + 1)]
         taken = [0]
         lock = threading.Lock()
 
@@ -54,26 +64,27 @@ def test_a_raised_limit_grows_a_running_pool_and_the_next_execution_starts_there
             for batch in split.iter_batches(batch_size=8):
                 with lock:
                     taken[0] += 8
-                    late = raise_after is not None and taken[0] > raise_after
-                    phases[late].extend(batch["pid"].tolist())
-                    if raise_after is not None and taken[0] == raise_after:
-                        ray.get(board.set_pool_cpus.remote(4.0))
+                    phase = sum(taken[0] > rows for rows in limits)
+                    phases[phase].append((batch["begin"][0], batch["end"][0]))
+                    if taken[0] in limits:
+                        ray.get(board.set_pool_cpus.remote(limits[taken[0]]))
 
         threads = [threading.Thread(target=consume, args=(s,)) for s in splits]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=150)
-        return [set(p) for p in phases]
+        return phases
 
-    before, after = epoch(raise_after=160)  # 20 blocks at one actor, then 4 CPUs
-    assert len(before) == 1, before
-    assert len(after - before) >= 2, (before, after)  # Ray Data added actors into the limit
-    # the next execution (the next streamed epoch) starts with the pool the limit holds
+    # 20 blocks at 1 CPU, 100 at 4 (some of them while the tasks start), 80 at 1 again
+    one, four, one_again = epoch({160: 4.0, 960: 1.0})
+    assert most_at_once(one) == 1
+    assert most_at_once(four[len(four) // 2:]) == 4  # grown within the execution
+    assert most_at_once(one_again[len(one_again) // 2:]) == 1  # and shrunk within it
+    # the next execution (the next streamed epoch) runs at the limit as it is
     ray.get(board.set_pool_cpus.remote(2.0))
     time.sleep(3 * POLL_S)  # the executing process reads the limit every POLL_S
-    pids = set().union(*epoch())
-    assert len(pids) == 2, pids
+    assert most_at_once([span for phase in epoch({}) for span in phase]) == 2
     ray.kill(board)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.pool.controller import WINDOW_S
 from pipeline.pool.policy import GROW_WAIT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,10 +29,10 @@ def multinode(tmp_path_factory):
 @pytest.mark.timeout(600)
 def test_each_stage_runs_on_its_own_nodes(multinode):
     report = multinode
-    readers = [a for a in report["actors"] if "MapWorker" in a["class"]]
+    decoders = report["decoders"]  # decoding process → its node
     trainers = [a for a in report["actors"] if a["class"] == "RayTrainWorker"]
-    assert len(readers) >= 2 and len(trainers) == 2, report["actors"]
-    assert {a["node"] for a in readers} <= set(report["pre_nodes"])
+    assert len(decoders) >= 2 and len(trainers) == 2, (decoders, report["actors"])
+    assert set(decoders.values()) <= set(report["pre_nodes"])
     assert {a["node"] for a in trainers} == {report["train_node"]}
     summary = report["summary"]
     assert summary["status"] == "succeeded" and summary["exactly_once"]
@@ -63,10 +64,10 @@ def test_the_decode_pool_follows_the_trainers_wait(multinode):
     assert shrinks, decisions
     assert shrinks[0]["size_after"] < max(d["size_after"] for d in decisions)
     assert shrinks[0]["wait_before"] < 0.02 and shrinks[0]["busy_before"] < 0.5
-    # the next execution runs within the smaller pool (Ray Data removes only idle actors, so a
-    # running one keeps its actors until its epoch ends)
-    after = [s for s in samples if s["t"] > shrinks[-1]["t"] and s["actors"]]
-    assert all(s["actors"] <= shrinks[-1]["size_after"] for s in after), after
+    # what decodes after it runs within the smaller pool: tasks at once, on average over each
+    # window (a process reports up to a second of its decoding late: one task of slack)
+    after = [s for s in samples if s["t"] > shrinks[-1]["t"] + WINDOW_S]
+    assert all(s["decoding"] <= shrinks[-1]["size_after"] + 1 for s in after), after
     # every decision is visible: metrics.jsonl, the report and the timeline
     run_dir = multinode["run_dir"]
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

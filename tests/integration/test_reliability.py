@@ -58,7 +58,7 @@ def test_too_many_bad_samples_abort_with_the_threshold(ray_cluster, tmp_path):
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("seed", [3, 11])
-def test_killed_preprocessing_actor_loses_and_duplicates_nothing(ray_cluster, tmp_path, seed):
+def test_a_killed_decoding_process_loses_and_duplicates_nothing(ray_cluster, tmp_path, seed):
     from tests.integration.transforms import KILL_PLAN
 
     fraction = np.random.default_rng(seed).uniform(0.2, 0.6)  # the kill point, seeded
@@ -70,7 +70,7 @@ def test_killed_preprocessing_actor_loses_and_duplicates_nothing(ray_cluster, tm
             f"run.output={tmp_path / 'out'}"]).summary
     finally:
         KILL_PLAN.unlink()
-    assert done.exists(), "the preprocessing actor was never killed"
+    assert done.exists(), "no decoding process was killed"
     [epoch] = summary["accounting"]
     assert (epoch["lost"], epoch["duplicated"], epoch["unknown"]) == (0, 0, 0), epoch
     assert epoch["unique"] + len(epoch["split_remainder"]) == summary["data"]["num_train"]

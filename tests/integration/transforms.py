@@ -52,7 +52,7 @@ _seen = 0
 
 
 def kill_once(batch):
-    """Kill this preprocessing actor's process once, after it has produced ``after`` samples.
+    """Kill this decoding process once, after it has produced ``after`` samples.
 
     The plan is a file the test writes (workers were started before the test ran, so they
     cannot take it from the environment); ``done`` marks that the kill happened."""

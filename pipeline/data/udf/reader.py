@@ -1,6 +1,7 @@
-"""Turning manifest rows into training rows, inside Ray Data workers.
+"""Turning manifest rows into training rows, inside Ray Data's decode tasks.
 
-:class:`SampleReader` runs as a Ray Data actor (it must be picklable): it reads each sample
+:class:`SampleReader` runs in Ray Data tasks, one per decoding process kept across the tasks
+and epochs that process runs (:func:`decode`; it must be picklable): it reads each sample
 (an image file, or a parquet row group), decodes and normalises it, applies the user's
 transform, and emits ``{"id", "label", "image" | "features"}``. A sample that cannot be read or
 decoded is dropped from the batch, counted, and sent to the run's quarantine with its reason;
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,13 +40,15 @@ from pipeline.messages import DecodeBusy, send
 
 __all__ = ["MIN_SAMPLES_FOR_FRACTION", "SPECIAL_FILES", "Z", "BadSample",
            "BadSampleThresholdError", "Batch", "EpochManifest", "ReadThread", "ReaderSpec",
-           "SampleReader", "bad_fraction_message", "clearly_above", "first_sources", "to_eight_bit"]
+           "SampleReader", "bad_fraction_message", "clearly_above", "decode", "first_sources",
+           "to_eight_bit"]
 
 logger = logging.getLogger(__name__)
 
 Batch = dict[str, np.ndarray]
 
-PULSE_S = 1.0  # an actor sends its decode time at most this often (pipeline.pool.controller)
+PULSE_S = 1.0  # a reader sends its decode time at most this often (pipeline.pool.controller)
+READERS_KEPT = 4  # readers a decoding process keeps (one per dataset; a shared cluster runs many)
 
 
 @dataclass(frozen=True)
@@ -121,8 +125,8 @@ def _execution_index() -> int:
 
 
 class SampleReader(ImageReading, TableReading):
-    """Ray Data actor UDF: manifest batch (or positions, with ``rows``) in, decoded rows out;
-    picklable."""
+    """Manifest batch (or positions, with ``rows``) in, decoded rows out; picklable. Ray Data
+    tasks call it through :func:`decode`; a rank reading its validation slice, directly."""
 
     def __init__(self, spec: ReaderSpec, quarantine: Any = None, pulse: Any = None,
                  rows: EpochManifest | None = None):
@@ -184,6 +188,11 @@ class SampleReader(ImageReading, TableReading):
                                             cpu_s=self._cpu))
                 self._busy, self._cpu, self._pushed = 0.0, 0.0, now
 
+    def close(self) -> None:
+        """Let the read thread go (it exits within a second)."""
+        if self._thread is not None:
+            self._thread.abandon()
+
     def _convert(self, batch: Batch) -> Batch:
         if self.rows is not None:
             batch = self.rows(batch["pos"])
@@ -199,3 +208,21 @@ class SampleReader(ImageReading, TableReading):
                 raise TypeError(f"data.transform ({self.spec.transform!r}) must return the batch "
                                 f"dict it was given (with 'id' and 'label'), got {type(out)}")
         return out
+
+
+_readers: OrderedDict[str, SampleReader] = OrderedDict()  # a task process runs one at a time
+
+
+def decode(batch: Batch, *, dataset: str, spec: ReaderSpec, quarantine: Any = None,
+           pulse: Any = None, rows: EpochManifest | None = None) -> Batch:
+    """Ray Data task UDF: ``batch`` decoded by this process's reader of ``dataset`` (a key the
+    driver drew for the dataset), made on the process's first task of it and kept for every
+    later one: Ray reuses its worker processes for tasks, so a streamed epoch runs in the
+    processes the last one warmed, with the same reader (its bad-sample counts, its pulse)."""
+    reader = _readers.get(dataset)
+    if reader is None:
+        reader = _readers[dataset] = SampleReader(spec, quarantine, pulse, rows)
+        while len(_readers) > READERS_KEPT:
+            _readers.popitem(last=False)[1].close()
+    _readers.move_to_end(dataset)
+    return reader(batch)

@@ -124,3 +124,18 @@ def test_a_grow_the_cpus_cannot_hold_says_so(tmp_path, T0, monkeypatch):
                                      "data.cpus_per_actor 1 (the diagnosis says what can work)")
     [line] = (tmp_path / "m.jsonl").read_text().splitlines()
     assert json.loads(line)["held_by_cpus"] == 1
+
+
+def test_one_task_at_a_time_over_several_processes_is_a_pool_of_one(tmp_path, T0):
+    """Ray runs each decode task in whichever worker process is idle: a pool of one task at a
+    time (the controller's size 1) reports from several processes, each busy part of the
+    window. That is one busy slot, not three idle ones: judged so, the pool grows."""
+    config = load_config({"data": {"concurrency": [1, 8], "autoscale_cooldown_s": 1}}).data
+    pool = PoolController(config, board=None, run="t", metrics_path=tmp_path / "m.jsonl",
+                          console=Quiet(), world_size=2, act=False)
+    pool.act, pool.size = True, 1  # acting, at one task at a time; no board to set
+    for i in range(8):  # 0.5 s of decoding every 0.5 s, from three processes in turn
+        pool.observe(DecodeBusy(actor=f"p{i % 3}", busy_s=0.5, t=T0 + 0.5 * i))
+        pool.observe(RankWait(rank=i % 2, wait_s=0.4, step_s=0.6, steps=2, t=T0 + 0.5 * i))
+    w = pool.window(T0 + 4.0)
+    assert (w.actors, w.busy) == (1, 1.0) and w.wait > 0.5

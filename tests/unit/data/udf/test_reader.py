@@ -191,3 +191,26 @@ def test_every_execution_after_the_first_reads_the_manifest_in_a_new_order(image
     assert np.concatenate([again({"pos": b})["id"] for b in blocks]).tolist() == orders[-1]
     fixed = EpochManifest(plan.manifest, seed=None)  # train.deterministic: the manifest's order
     assert np.concatenate([fixed(b)["id"] for b in blocks]).tolist() == orders[0]
+
+
+def test_decode_keeps_one_reader_per_dataset_across_tasks_and_lets_old_ones_go(image_folder,
+                                                                              monkeypatch):
+    """A decoding process serves every task (every epoch) of a dataset with one reader, so its
+    bad-sample counts span them; a process serving many runs keeps the latest few readers."""
+    from pipeline.data.udf import reader as module
+
+    monkeypatch.setattr(module, "_readers", type(module._readers)())
+    (image_folder / "cat" / "0.png").write_bytes(b"")
+    batch = manifest_batch(plan_image_folder(image_folder))
+    spec = ReaderSpec(kind="image", origin="t", image_size=(4, 4), channels=1,
+                      sample_timeout_s=5.0)
+    for _ in range(3):  # three tasks (epochs) of one dataset
+        assert len(module.decode(batch, dataset="run-a", spec=spec)["id"]) == 7
+    first = module._readers["run-a"]
+    assert (first.seen, first.bad) == (24, 3)
+    for n in range(module.READERS_KEPT):  # later datasets push it out
+        module.decode(batch, dataset=f"run-{n}", spec=spec)
+    assert "run-a" not in module._readers and len(module._readers) == module.READERS_KEPT
+    assert first._thread._stop.is_set()  # its read thread goes
+    module.decode(batch, dataset="run-a", spec=spec)  # a new reader, counting afresh
+    assert module._readers["run-a"] is not first and module._readers["run-a"].seen == 8
