@@ -121,8 +121,9 @@ def _read(manifest: pa.Table, spec: ReaderSpec, config: DataConfig, quarantine: 
     starts an execution's actors afresh, so every streamed epoch (``data.cache: off``) waited
     for new processes to start and import; tasks run in the worker processes Ray keeps, and each
     keeps its reader (:func:`~pipeline.data.udf.reader.decode`). Measured on
-    ``examples/quickstart.yaml``, ``data.cache=off``, 3 epochs: the first batch of epochs 2-3
-    3.1 s → 0.4 s, an epoch 5.8-6.7 s → 1.6-1.7 s."""
+    ``examples/quickstart.yaml``, ``data.cache=off``, 3 epochs (medians of epochs 2-3, two
+    runs): the first batch 2.9 s → 0.44 s, an epoch 6.1 s → 1.9 s
+    (``benchmarks/results/streamed-epochs-2026-12-07.md``)."""
     import ray
     import ray.data
 
