@@ -133,10 +133,10 @@ class PoolController:
         # at a time can report from three processes in a window. The pool is the tasks that run
         # at once, so it is at most what the limit holds (data.concurrency's max, left alone).
         actors = min(len(busy), self.size if self.act else self.high)
-        span = now - start
-        share = sum(busy.values()) / (actors * span) if actors and span > 0 else 0.0
+        span, decoded = now - start, sum(busy.values())
+        share = decoded / (actors * span) if actors and span > 0 else 0.0
         return Window(wait=wait, busy=min(1.0, share), actors=actors, steps=steps,
-                      decoding=sum(busy.values()) / span if span > 0 else 0.0)
+                      decoding=decoded / span if span > 0 else 0.0)
 
     # -- decisions -----------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
