@@ -48,6 +48,7 @@ class RankWait:
     steps: int
     t: float  # Unix time sent
     epoch_done: int | None = None
+    samples: int = 0  # samples the steps trained (0: sent by a loop that did not count them)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class DecodeBusy:
     busy_s: float
     t: float
     cpu_s: float | None = None  # None: sent by a reader that did not measure it
+    rows: int = 0  # rows it decoded meanwhile (0: sent by a reader that did not count them)
 
 
 @dataclass(frozen=True)

@@ -102,9 +102,10 @@ class DataConfig:
     concurrency: tuple[int, int] = option((1, 2), "[min, max] decode tasks at once (autoscaled)",
                                           ge=1)
     autoscale: bool = option(True, "size the decode pool within concurrency by the trainers' "
-                                   "data wait (grow while they wait and the actors are busy; "
-                                   "after an epoch nobody waited in, shrink to what its "
-                                   "decoding needed), and ask Ray's autoscaler for "
+                                   "data wait (while they wait and the actors are busy, grow "
+                                   "to the tasks their measured pace needs at a task's "
+                                   "measured rate; after an epoch nobody waited in, shrink "
+                                   "to what its decoding needed), and ask Ray's autoscaler for "
                                    "preprocessing nodes when the pool outgrows them; false "
                                    "leaves it to Ray Data, up to concurrency's max")
     autoscale_cooldown_s: float = option(10.0, "seconds between two pool changes (a new "

@@ -51,6 +51,7 @@ class ProgressMonitor:
         self.metrics_path = metrics_path
         self.delivered_dir = delivered_dir  # each finished epoch's ids, as it ends
         self.console = console
+        self._pool_failed = False
         self.pool = pool  # a PoolController (data.autoscale): gets the wait and decode pulses
         self.epoch_records: dict[int, dict[int, EpochDone]] = defaultdict(dict)
         self.epoch_metrics: list[dict] = []
@@ -116,8 +117,12 @@ class ProgressMonitor:
                     self.pool.tick()
                 except OSError as exc:  # metrics.jsonl on a full disk
                     self._write_failed(exc)
-                except Exception:  # a failed decision must not stop the progress display
+                except Exception as exc:  # a failed decision must not stop the progress display
                     logger.exception("pool controller")
+                    if not self._pool_failed:  # said once: it fails the same way every tick
+                        self._pool_failed = True
+                        self.console.print(f"[red]error[/]: the decode pool's controller failed "
+                                           f"({exc!r}); the pool keeps its size")
 
     @property
     def last_epoch(self) -> int:

@@ -266,7 +266,8 @@ def run_job(config: Config, output: Path, *, ray_address: str, console: Console,
     pool = (PoolController(config.data, reporter, run=config.run.name,
                            metrics_path=output / "metrics.jsonl", console=console,
                            world_size=config.train.num_workers, train_cpus=job.plan.train_cpus,
-                           act=config.data.elastic)
+                           act=config.data.elastic, run_epochs=config.train.epochs,
+                           rows_per_epoch=job.data.num_train)
             if config.data.ours else None)
     with ProgressMonitor(reporter, epochs=config.train.epochs,
                          samples_per_epoch=job.data.num_train,

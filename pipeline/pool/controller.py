@@ -35,6 +35,7 @@ from pipeline.pool.policy import (
     CLOSED,
     GROW_WAIT,
     SHRINK_WAIT,
+    STARTUP_S,
     EpochTotals,
     Window,
     decide,
@@ -52,7 +53,7 @@ class PoolController:
 
     def __init__(self, config: DataConfig, board: Any, *, run: str, metrics_path: Path,
                  console: Any, world_size: int = 1, train_cpus: float = 0.0,
-                 act: bool = True):
+                 act: bool = True, run_epochs: int = 0, rows_per_epoch: int = 0):
         self.config = config
         # act=False (data.autoscale off, or a fixed pool): only the samples, so the timeline
         # and summary show how Ray Data's own sizing fed the trainers
@@ -64,6 +65,11 @@ class PoolController:
         self.console = console
         self.train_cpus = train_cpus  # CPUs the Train workers hold: never the pool's
         self.world_size = world_size
+        # growth is priced against the rows the last decoding epoch has left (0: not known)
+        self.run_epochs, self.rows_per_epoch = run_epochs, rows_per_epoch
+        self.startup_s = STARTUP_S  # a new process's start: measured on every grow
+        self._grown_at: float | None = None  # the last grow, until a new process reported
+        self._processes: set[str] = set()  # the decoding processes that reported so far
         self._done: dict[int, set[int]] = {}  # epoch → ranks whose training pass ended
         self.limit = 0.0  # the CPU limit last set on the board
         self.capacity = float("inf")  # the CPUs the pool can have now (its nodes')
@@ -75,6 +81,7 @@ class PoolController:
         self._pulses: deque[RankWait | DecodeBusy] = deque()
         self._epoch_waits: dict[int, list[float]] = {}  # rank → [wait s, step s] this epoch
         self._epoch_work = 0.0  # decode actor-seconds this epoch
+        self._epoch_rows = 0  # rows decoded this epoch
         # the run's decode time and the CPU time it used: waiting or computing
         self.decode_busy_s = self.decode_cpu_s = 0.0
         self._lock = threading.Lock()
@@ -101,6 +108,11 @@ class PoolController:
                     ended = pulse.epoch_done if len(done) == self.world_size else None
             else:
                 self._epoch_work += pulse.busy_s
+                self._epoch_rows += pulse.rows
+                if pulse.actor not in self._processes:
+                    self._processes.add(pulse.actor)
+                    if self._grown_at is not None:  # a grow's first new process: its start
+                        self.startup_s, self._grown_at = pulse.t - self._grown_at, None
                 if pulse.cpu_s is not None:
                     self.decode_busy_s += pulse.busy_s
                     self.decode_cpu_s += pulse.cpu_s
@@ -109,25 +121,38 @@ class PoolController:
             self.epoch_end(ended)
 
     def window(self, now: float) -> Window:
-        """The last :data:`WINDOW_S`, or less: only pulses since the whole pool first decoded
-        (before, or in the first half of the cooldown, new processes were still starting)."""
+        """The last :data:`WINDOW_S`, or less for the wait and the busy share: only pulses since
+        the whole pool first decoded (before, or in the first half of the cooldown, new
+        processes were still starting). The rates do not depend on the pool: the whole span."""
         settled = self._full_at or self._changed + self.config.autoscale_cooldown_s / 2
         start = max(now - WINDOW_S, settled)
         with self._lock:
             while self._pulses and self._pulses[0].t < now - WINDOW_S:
                 self._pulses.popleft()
-            pulses = [p for p in self._pulses if p.t >= start]
+            recent = list(self._pulses)
         waits: dict[int, list[float]] = {}
         busy: dict[str, float] = {}
+        eaten: dict[int, list[float]] = {}  # rank → [samples, compute s] over the whole span
+        decoded_rows = decoded_s = 0.0
         steps = 0
-        for p in pulses:
+        for p in recent:
             if isinstance(p, RankWait):
+                if p.samples:
+                    got = eaten.setdefault(p.rank, [0.0, 0.0])
+                    got[0] += p.samples
+                    got[1] += p.step_s - p.wait_s
+                if p.t < start:
+                    continue
                 got = waits.setdefault(p.rank, [0.0, 0.0])
                 got[0] += p.wait_s
                 got[1] += p.step_s
                 steps += p.steps
             else:
-                busy[p.actor] = busy.get(p.actor, 0.0) + p.busy_s
+                if p.rows:
+                    decoded_rows += p.rows
+                    decoded_s += p.busy_s
+                if p.t >= start:
+                    busy[p.actor] = busy.get(p.actor, 0.0) + p.busy_s
         wait = max((w / s for w, s in waits.values() if s > 0), default=0.0)
         # Decode tasks land on whichever of Ray's worker processes is idle: a pool of one task
         # at a time can report from three processes in a window. The pool is the tasks that run
@@ -135,8 +160,25 @@ class PoolController:
         actors = min(len(busy), self.size if self.act else self.high)
         span, decoded = now - start, sum(busy.values())
         share = decoded / (actors * span) if actors and span > 0 else 0.0
+        # In step with the others, a rank's compute holds its wait for the slowest's batch: the
+        # fastest rank's is nearest the step the trainers take when every rank is fed.
+        per_sample = min((c / n for n, c in eaten.values() if c > 0), default=0.0)
         return Window(wait=wait, busy=min(1.0, share), actors=actors, steps=steps,
-                      decoding=decoded / span if span > 0 else 0.0)
+                      decoding=decoded / span if span > 0 else 0.0,
+                      rate=decoded_rows / decoded_s if decoded_s > 0 else 0.0,
+                      demand=self.world_size / per_sample if per_sample > 0 else 0.0)
+
+    def finish_s(self, window: Window) -> float | None:
+        """Seconds the pool as it is needs for the rest of this epoch's rows, when no later
+        epoch decodes (the cache replays them, or this is the last); None otherwise."""
+        epoch = len(self.epochs) + 1
+        decodes_again = epoch < self.run_epochs and (
+            self.config.cache_mode == "off"
+            or any(e["epoch"] > 1 and e["work_s"] > 0 for e in self.epochs))
+        if decodes_again or not self.rows_per_epoch or window.rate <= 0:
+            return None
+        left = max(0, self.rows_per_epoch - self._epoch_rows)
+        return left / (window.rate * max(1, min(self.size, window.actors)))
 
     # -- decisions -----------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
@@ -150,8 +192,9 @@ class PoolController:
         self.samples.append({"t": now, "target": self.size if self.act else None,
                              "limit_cpus": self.limit if self.act else None,
                              "actors": window.actors, "decoding": round(window.decoding, 2),
-                             "steps": window.steps,
-                             "wait": window.wait, "busy": window.busy})
+                             "steps": window.steps, "wait": window.wait,
+                             "busy": window.busy, "rate": round(window.rate, 1),
+                             "demand": round(window.demand, 1)})
         if not self.act:
             return
         holds = max(1, min(self.size, int(self.limit / self.config.cpus_per_actor + 1e-9)))
@@ -160,7 +203,8 @@ class PoolController:
         decision = decide(window, size=self.size, low=self.low, high=self.high,
                           since_change_s=now - self._changed,
                           cooldown_s=self.config.autoscale_cooldown_s,
-                          settled_s=now - self._full_at if self._full_at else 0.0)
+                          settled_s=now - self._full_at if self._full_at else 0.0,
+                          finish_s=self.finish_s(window), startup_s=self.startup_s)
         if decision.size != self.size:
             self._change(decision, now, wait=window.wait, busy=window.busy,
                          actors=window.actors)
@@ -176,7 +220,7 @@ class PoolController:
         now = time.time()
         with self._lock:
             waits, work = self._epoch_waits, self._epoch_work
-            self._epoch_waits, self._epoch_work = {}, 0.0
+            self._epoch_waits, self._epoch_work, self._epoch_rows = {}, 0.0, 0
         wait = max((w / s for w, s in waits.values() if s > 0), default=0.0)
         train_s = max((s for _, s in waits.values()), default=0.0)
         self.epochs.append({"epoch": epoch, "start": self._epoch_start, "end": now,
@@ -199,6 +243,7 @@ class PoolController:
                   "wait_before": wait, "busy_before": min(1.0, busy), "actors_before": actors,
                   "size_before": self.size, "size_after": decision.size,
                   "action": decision.action, "reason": decision.reason}
+        self._grown_at = now if decision.size > self.size else None
         self.size, self._changed = decision.size, now
         self._publish()
         per_actor = self.config.cpus_per_actor

@@ -151,9 +151,9 @@ class Progress(Observer):
 
 
 class PoolPulse(Observer):
-    """This rank's wait for its batches, about once a second and at the end of each pass, for
-    the decode pool's controller (``data.autoscale``). The first step of an epoch waits for the
-    pipeline's start, not its pace: it is left out."""
+    """This rank's wait for its batches and the samples it trained, about once a second and at
+    the end of each pass, for the decode pool's controller (``data.autoscale``). The first step
+    of an epoch waits for the pipeline's start, not its pace: it is left out."""
 
     def __init__(self, push: Callable[[Message], Any], rank: int,
                  unix: Callable[[], float] = time.time) -> None:
@@ -162,7 +162,8 @@ class PoolPulse(Observer):
 
     def _reset(self, now: float | None) -> None:
         self._wait = self._busy = 0.0
-        self._steps, self._last = 0, now
+        self._steps = self._samples = 0
+        self._last = now
 
     def on_step(self, step: Step) -> None:
         if step.index == 1:
@@ -171,6 +172,7 @@ class PoolPulse(Observer):
         self._wait += step.waited
         self._busy += step.seconds
         self._steps += 1
+        self._samples += step.samples
         if step.now - self._last >= EVERY_S:
             self._send()
             self._reset(step.now)
@@ -182,7 +184,8 @@ class PoolPulse(Observer):
 
     def _send(self, epoch_done: int | None = None) -> None:
         self.push(RankWait(rank=self.rank, wait_s=self._wait, step_s=self._busy,
-                           steps=self._steps, t=self.unix(), epoch_done=epoch_done))
+                           steps=self._steps, t=self.unix(), epoch_done=epoch_done,
+                           samples=self._samples))
 
 
 class DivergenceCheck(Observer):

@@ -135,6 +135,7 @@ class SampleReader(ImageReading, TableReading):
         self.quarantine = quarantine
         # decode time for the elastic controller (pipeline.pool.controller): a RunInbox, or None
         self.pulse, self._busy, self._cpu, self._pushed = pulse, 0.0, 0.0, time.monotonic()
+        self._decoded = 0  # rows decoded since the last pulse
         self._name = uuid.uuid4().hex[:8]
         self.seen = self.bad = self.consecutive_bad = self.longest_bad_run = 0
         self.first_bad: list[dict[str, Any]] = []
@@ -177,16 +178,19 @@ class SampleReader(ImageReading, TableReading):
         if self.pulse is None:
             return self._convert(batch)
         start, cpu = time.monotonic(), time.process_time()
+        out = None
         try:
-            return self._convert(batch)
+            out = self._convert(batch)
+            return out
         finally:
             now = time.monotonic()
             self._busy += now - start
             self._cpu += time.process_time() - cpu  # this process's threads (the read thread)
+            self._decoded += 0 if out is None else len(out["id"])
             if now - self._pushed >= PULSE_S:
                 send(self.pulse, DecodeBusy(actor=self._name, busy_s=self._busy, t=time.time(),
-                                            cpu_s=self._cpu))
-                self._busy, self._cpu, self._pushed = 0.0, 0.0, now
+                                            cpu_s=self._cpu, rows=self._decoded))
+                self._busy, self._cpu, self._decoded, self._pushed = 0.0, 0.0, 0, now
 
     def close(self) -> None:
         """Let the read thread go (it exits within a second)."""

@@ -1,7 +1,9 @@
 """The pool controller's view of a run (pipeline.pool.controller): windows and epoch totals from the
 pulses a real run sent (elastic_pulses.jsonl: the first 18 s of examples/quickstart.yaml with
-25 ms injected per decoded sample, one decode actor, then four). Passive (act=False), as with
-data.autoscale off: it samples and never touches Ray."""
+25 ms injected per decoded sample, one decode actor, then four; short_epoch_pulses.jsonl: the
+first 26 s of benchmarks/elastic.py's controller arm with data.cache memory, whose one decoding
+epoch lasts about 20 s). Mostly passive (act=False), as with data.autoscale off: it samples and
+never touches Ray."""
 
 import json
 import time
@@ -15,8 +17,13 @@ from pipeline.config import load_config
 from pipeline.messages import DecodeBusy, RankWait, parse
 from pipeline.pool.controller import PoolController
 
-RECORDED = [parse(json.loads(x)) for x in (Path(__file__).parent / "elastic_pulses.jsonl")
-            .read_text().splitlines()]
+
+def recorded(name):
+    return [parse(json.loads(x)) for x in (Path(__file__).parent / name).read_text().splitlines()]
+
+
+RECORDED = recorded("elastic_pulses.jsonl")  # sent before pulses counted rows and samples
+SHORT = recorded("short_epoch_pulses.jsonl")
 
 
 class Quiet:
@@ -139,3 +146,41 @@ def test_one_task_at_a_time_over_several_processes_is_a_pool_of_one(tmp_path, T0
         pool.observe(RankWait(rank=i % 2, wait_s=0.4, step_s=0.6, steps=2, t=T0 + 0.5 * i))
     w = pool.window(T0 + 4.0)
     assert (w.actors, w.busy) == (1, 1.0) and w.wait > 0.5
+
+
+def test_a_short_decoding_epoch_is_sized_from_its_first_rates(tmp_path, T0, monkeypatch):
+    """One decoding epoch of about 20 s at one task at a time (elastic.py, cache memory): the
+    first window with training steps has both rates (a task decodes 39 rows/s, the trainers
+    eat about 190 rows/s when fed) and the pool grows to what they need at once, where the
+    wait alone allowed 1 -> 4 and a second step after the cooldown. The new processes' first
+    pulse prices the next start; the rates hold the pool while they start and after."""
+    import pipeline.pool.controller as controller
+
+    monkeypatch.setattr(controller, "pool_cpus", lambda placement: 6.0)  # the run's 6 CPUs
+    config = load_config({"data": {"concurrency": [1, 8], "cpus_per_actor": 0.5,
+                                   "autoscale_cooldown_s": 1}}).data
+    limits, judged = [], []
+    board = SimpleNamespace(set_pool_cpus=SimpleNamespace(remote=limits.append),
+                            set_judged=SimpleNamespace(remote=judged.append))
+    pool = PoolController(config, board=board, run="t", metrics_path=tmp_path / "m.jsonl",
+                          console=Quiet(), world_size=2, act=True, run_epochs=3,
+                          rows_per_epoch=1690)
+    ticks = []
+    for p in SHORT:
+        p = replace(p, t=p.t - SHORT[0].t + T0)
+        pool.observe(p)
+        if p.t - pool._ticked >= controller.TICK_S:
+            ticks.append((p.t, pool.window(p.t)))
+        pool.tick(p.t)
+    first_steps = next(t for t, w in ticks if w.steps)
+    [grow] = pool.decisions  # one change: no second grow after the cooldown
+    assert (grow["action"], grow["size_before"], grow["size_after"]) == ("grow", 1, 7)
+    assert grow["t"] == first_steps  # the first window with steps: no settling on a rate
+    assert "a decode task delivers 39 rows/s, so 7 at ~75% busy" in grow["reason"]
+    assert limits == [0.5, 3.5]  # one task's CPUs, then seven's
+    new = next(p for p in SHORT if isinstance(p, DecodeBusy) and p.actor != SHORT[0].actor)
+    assert pool.startup_s == pytest.approx(new.t - SHORT[0].t + T0 - grow["t"])
+    assert pool.startup_s > 10  # measured: six processes started at once on 2 cores
+    samples = [s for s in pool.samples if s["t"] > grow["t"] + 14]  # all seven decoded
+    assert samples and all(s["wait"] < 0.1 for s in samples)  # and fed the trainers
+    assert judged == [1] and pool.epochs[0]["size"] == 7  # the epoch's end keeps them

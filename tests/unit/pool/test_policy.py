@@ -96,3 +96,39 @@ def test_a_window_of_a_pool_still_starting_is_not_judged():
     # a pool Ray Data never fills (its queue is short) is judged anyway, after a while
     assert decide(Window(wait=0.5, busy=0.95, actors=3, steps=40), size=4, low=1, high=8,
                   since_change_s=31.0, cooldown_s=10.0, settled_s=0.0).action == "grow"
+
+
+# measured (benchmarks/elastic.py's controller arm, short_epoch_pulses.jsonl): one task at a
+# time delivers 39 rows per second of decoding; the trainers' steps, without their wait, eat
+# 194 rows/s; they wait 81% of their step time
+MEASURED = Window(wait=0.81, busy=0.93, actors=1, steps=4, rate=39.0, demand=194.0)
+
+
+def test_measured_rates_size_the_pool_at_once():
+    d = decide(MEASURED, size=1, low=1, high=8, **COOLED, settled_s=0.0)
+    # 194 / (39 x 0.75) = 6.6: seven tasks, not the four the wait alone allows (1 / 0.19, 4x)
+    assert (d.action, d.size) == ("grow", 7)
+    assert "eat 194 rows/s" in d.reason and "delivers 39 rows/s" in d.reason
+    assert decide(MEASURED, size=1, low=1, high=5, **COOLED, settled_s=0.0).size == 5
+
+
+def test_rates_that_the_pool_already_covers_hold_while_its_new_tasks_start():
+    # just after 1 → 7 the trainers still wait for the tasks being started: the rates, which
+    # do not depend on the pool, say seven are enough
+    starting = {"since_change_s": 12.0, "cooldown_s": 10.0, "settled_s": 0.0}
+    d = decide(MEASURED, size=7, low=1, high=8, **starting)
+    assert (d.action, d.size) == ("hold", 7) and "keep up once they all run" in d.reason
+    # without rates the same window is one of a pool still starting
+    blind = Window(wait=0.81, busy=0.93, actors=1, steps=4)
+    assert "starting" in decide(blind, size=7, low=1, high=8, **starting).reason
+
+
+@pytest.mark.parametrize("finish_s, action", [(1.5, "hold"), (30.0, "grow"), (None, "grow")])
+def test_growth_is_priced_against_what_the_last_decoding_epoch_has_left(finish_s, action):
+    # the running task finishes the last decoding epoch in finish_s; a new one starts in 12 s
+    # (measured: six processes started at once on 2 cores); None: later epochs decode too
+    d = decide(MEASURED, size=1, low=1, high=8, **COOLED, settled_s=0.0, finish_s=finish_s,
+               startup_s=12.0)
+    assert d.action == action
+    if action == "hold":
+        assert "finish the last decoding epoch in 1.5 s, before a new one starts" in d.reason

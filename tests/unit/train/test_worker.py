@@ -37,7 +37,7 @@ def test_each_epoch_reports_once_checkpoints_once_and_the_run_ends_with_its_prof
     assert all(0 < m.samples <= 6 * BATCH for m in progress)
 
 
-def test_the_pool_hears_each_ranks_wait_without_the_first_step_and_at_every_pass_end():
+def test_the_pool_hears_each_ranks_wait_and_samples_without_the_first_step_and_at_every_pass_end():
     plans = [Epoch(steps=8, data_wait=0.25, startup=3.0) for _ in range(EPOCHS)]
     w, driver, _ = worker(plans)
     w.run()
@@ -51,6 +51,7 @@ def test_the_pool_hears_each_ranks_wait_without_the_first_step_and_at_every_pass
     for chunk in per_epoch:
         # steps 2..8 waited 0.25 s each; the 3 s start-up is not the pipeline's pace
         assert sum(p.steps for p in chunk) == 7
+        assert sum(p.samples for p in chunk) == 7 * BATCH  # the trainers' pace: rows per step
         assert sum(p.wait_s for p in chunk) == pytest.approx(7 * 0.25)
         assert len(chunk) >= 2  # at least one pulse within the epoch and the end
 

@@ -1,5 +1,6 @@
 import threading
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -62,6 +63,28 @@ def test_bad_samples_are_dropped_with_reasons_and_neighbours_kept(image_folder):
     assert by_id[0]["message"] == "empty file (0 bytes)"
     assert by_id[1]["error_type"] == "UnidentifiedImageError"
     assert set(by_id[5]) == {"id", "source", "stage", "error_type", "message"}
+
+
+def test_the_pool_hears_the_rows_decoded_and_the_time_it_took(image_folder):
+    """About once a second (PULSE_S) a reader tells the controller its decode time and the rows
+    that came out of it (bad samples decoded nothing the trainers can eat): its rate."""
+    from pipeline.data.udf import reader as module
+
+    (image_folder / "cat" / "0.png").write_bytes(b"")
+    pulses = []
+    inbox = SimpleNamespace(push=SimpleNamespace(remote=pulses.append))
+    reader = SampleReader(ReaderSpec(kind="image", origin="t", image_size=(10, 12), channels=3),
+                          quarantine=Sink(), pulse=inbox)
+    batch = manifest_batch(plan_image_folder(image_folder))
+    reader(batch)
+    assert not pulses  # less than a second since the last pulse: counted, not sent
+    reader._pushed -= module.PULSE_S
+    reader(batch)
+    [pulse] = pulses
+    assert pulse.rows == 2 * 7 and 0 < pulse.busy_s and pulse.cpu_s is not None
+    reader._pushed -= module.PULSE_S
+    reader(batch)
+    assert pulses[-1].rows == 7  # counted afresh after each pulse
 
 
 def double_labels(batch):
