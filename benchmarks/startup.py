@@ -30,6 +30,9 @@ start (the call, joined) to the first training step, and the last step to the ex
 
 Besides the wall time, each run's machine CPU seconds (``/proc/stat``, from the start to a few
 seconds after the exit, when Ray has stopped): on a busy machine, CPU is what runs queue for.
+``--by-process`` also samples every new process's CPU time (``/proc/PID/stat``, every 0.5 s)
+and names it by its title (Ray titles an actor's process ``ray::Class``): which of Ray's,
+Ray Train's, Ray Data's and Feedline's processes spent it.
 
 ::
 
@@ -45,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -86,7 +90,8 @@ def group(phase: str) -> str | None:
     return next((name for name, prefix in PHASES.items() if phase.startswith(prefix)), None)
 
 
-def run_once(variant: str, config: str, sets: list[str], out: Path) -> dict[str, Any]:
+def run_once(variant: str, config: str, sets: list[str], out: Path,
+             by_process: bool = False) -> dict[str, Any]:
     spec = VARIANTS[variant]
     code = (spec.get("patch", "") + "import sys\nfrom pipeline.cli.main import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
@@ -95,6 +100,7 @@ def run_once(variant: str, config: str, sets: list[str], out: Path) -> dict[str,
         argv += ["--set", item]
     env = dict(os.environ, **spec.get("env", {}))
     env.pop("RAY_ADDRESS", None)
+    sampler = ProcessCPU() if by_process else None
     cpu_before, start = machine_cpu_s(), time.perf_counter()
     done = subprocess.run(argv, cwd=spec.get("cwd", ROOT), env=env, capture_output=True,
                           text=True, timeout=900)
@@ -103,7 +109,79 @@ def run_once(variant: str, config: str, sets: list[str], out: Path) -> dict[str,
     cpu = machine_cpu_s() - cpu_before
     if done.returncode != 0:
         return {"variant": variant, "ok": False, "wall_s": wall, "error": done.stderr[-2000:]}
-    return measured(variant, json.loads((out / "summary.json").read_text()), wall, cpu)
+    run = measured(variant, json.loads((out / "summary.json").read_text()), wall, cpu)
+    return run | ({"by_process": sampler.stop()} if sampler else {})
+
+
+class ProcessCPU:
+    """Every process that starts after this one: its CPU seconds (``/proc/PID/stat``, sampled
+    every :data:`EVERY_S`: the last sample before it exits), summed by title. Ray titles a
+    worker ``ray::IDLE`` until it hosts an actor (``ray::Class``) or runs a task
+    (``ray::name``); the first other title a process shows is its own. A process that lives
+    less than a sample is missed."""
+
+    def __init__(self) -> None:
+        self.before = set(self._pids())
+        self.seen: dict[int, tuple[str, float]] = {}  # pid → (title, CPU s) when last sampled
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _pids() -> list[int]:
+        return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+    def _run(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self._stop.wait(EVERY_S):
+            for pid in self._pids():
+                if pid in self.before or pid == os.getpid():
+                    continue
+                title = self.seen.get(pid, ("?", 0.0))[0]
+                try:
+                    stat = Path(f"/proc/{pid}/stat").read_text()
+                    if title in PENDING:  # a title, once had, is kept (cheaper)
+                        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                        title = title_of([a.decode(errors="replace") for a in argv if a])
+                except OSError:  # it exited between the listing and the read
+                    continue
+                if title in PENDING and pid in self.seen:
+                    title = self.seen[pid][0]  # an exiting process has no command line left
+                fields = stat[stat.rindex(")") + 2:].split()
+                self.seen[pid] = (title, (int(fields[11]) + int(fields[12])) / tick)
+
+    def stop(self) -> dict[str, list[float]]:
+        """title → [CPU s, processes]."""
+        self._stop.set()
+        self._thread.join()
+        by_title: dict[str, list[float]] = {}
+        for title, cpu in self.seen.values():
+            got = by_title.setdefault(title, [0.0, 0])
+            got[0] += cpu
+            got[1] += 1
+        return by_title
+
+
+def title_of(argv: list[str]) -> str:
+    """A process's kind from its command line: Ray's worker titles, Ray's own daemons, the
+    driver."""
+    if not argv:
+        return "?"
+    if argv[0].startswith("ray::"):
+        return argv[0].split()[0].split(".")[0]
+    line = " ".join(argv)
+    for needle, name in (("default_worker.py", "ray::IDLE"),  # a worker not yet titled
+                         ("gcs_server", "ray: gcs_server"), ("/raylet ", "ray: raylet"),
+                         ("dashboard/agent.py", "ray: dashboard agent"),
+                         ("runtime_env/agent", "ray: runtime env agent"),
+                         ("log_monitor.py", "ray: log monitor"),
+                         ("autoscaler/_private/monitor.py", "ray: autoscaler monitor"),
+                         ("dashboard/dashboard.py", "ray: dashboard"),
+                         ("pipeline.cli.main", "driver (pipeline run)"),
+                         ("pipeline.cluster", "feedline: local Ray watchdog")):
+        if needle in line:
+            return name
+    return Path(argv[0]).name
 
 
 def measured(variant: str, summary: dict[str, Any], wall: float, cpu: float) -> dict[str, Any]:
@@ -142,6 +220,8 @@ def run_joined(config: str, sets: list[str], out: Path) -> dict[str, Any]:
 
 
 SETTLE_S = 4.0
+EVERY_S = 0.5  # how often --by-process samples (it costs CPU itself: every process's stat)
+PENDING = ("?", "ray::IDLE")  # titles a process shows before its own (or after, exiting)
 
 
 def machine_cpu_s() -> float:
@@ -179,7 +259,32 @@ def table(runs: list[dict[str, Any]]) -> str:
     walls_each = {v: ", ".join(f"{r['wall_s']:.1f}" for r in med[v]) for v in variants}
     lines.append("| rounds | " + " | ".join(f"{len(med[v])} ({walls_each[v]})"
                                             for v in variants) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + by_process(med, variants))
+
+
+def by_process(med: dict[str, list[dict[str, Any]]], variants: list[str]) -> list[str]:
+    """CPU seconds by process title (``--by-process``), medians over the rounds, most first."""
+    runs = [r for v in variants for r in med[v] if "by_process" in r]
+    if not runs:
+        return []
+
+    def cell(v: str, title: str) -> str:
+        got = [r["by_process"].get(title, [0.0, 0]) for r in med[v]]
+        return (f"{statistics.median(c for c, _ in got):.1f} "
+                f"(x{statistics.median(n for _, n in got):g})")
+
+    most = {t: max(r["by_process"][t][0] for r in runs if t in r["by_process"])
+            for r in runs for t in r["by_process"]}
+    lines = ["", "CPU seconds by process title, medians over the rounds (xN: processes of "
+             "that title in a run)", "", "| process | " + " | ".join(variants) + " |",
+             "|---|" + "---|" * len(variants)]
+    for title in sorted((t for t in most if most[t] >= 0.1), key=lambda t: -most[t]):
+        lines.append(f"| {title} | " + " | ".join(cell(v, title) if med[v] else "-"
+                                                   for v in variants) + " |")
+    lines.append("| **all** | " + " | ".join(
+        f"**{statistics.median(sum(c for c, _ in r['by_process'].values()) for r in med[v]):.1f}**"
+        if med[v] else "-" for v in variants) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only 'joined': pipeline.run in this process on a local Ray it "
                              "started once (a warm-up run first), as a driver joining a "
                              "running cluster")
+    parser.add_argument("--by-process", action="store_true",
+                        help="also the CPU seconds of every process the run started, by title")
     parser.add_argument("--against", metavar="DIR",
                         help="a variant 'against': another checkout (e.g. a git worktree)")
     args = parser.parse_args(argv)
@@ -212,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.variants[:round_ % len(args.variants)]
             for variant in order:
                 run = run_once(variant, args.config, args.sets,
-                               Path(tmp) / f"r{round_}-{variant}")
+                               Path(tmp) / f"r{round_}-{variant}", args.by_process)
                 runs.append(run | {"round": round_})
                 print(f"round {round_ + 1} {variant}: {run['wall_s']:.1f} s"
                       + ("" if run["ok"] else f" FAILED: {run['error'][-300:]}"), flush=True)
