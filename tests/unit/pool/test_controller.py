@@ -184,3 +184,24 @@ def test_a_short_decoding_epoch_is_sized_from_its_first_rates(tmp_path, T0, monk
     samples = [s for s in pool.samples if s["t"] > grow["t"] + 14]  # all seven decoded
     assert samples and all(s["wait"] < 0.1 for s in samples)  # and fed the trainers
     assert judged == [1] and pool.epochs[0]["size"] == 7  # the epoch's end keeps them
+
+
+@pytest.mark.parametrize("cache, epochs_done, priced", [
+    ("off", 0, False),  # every later epoch decodes too: a bigger pool pays off there
+    ("off", 2, True),  # the last epoch: nothing after it
+    ("memory", 0, True),  # the cache replays epochs 2 and 3
+])
+def test_growth_is_priced_only_where_no_later_epoch_decodes(tmp_path, T0, cache, epochs_done,
+                                                            priced):
+    config = load_config({"data": {"concurrency": [1, 8], "cache": cache}}).data
+    pool = PoolController(config, board=None, run="t", metrics_path=tmp_path / "m.jsonl",
+                          console=Quiet(), world_size=2, act=False, run_epochs=3,
+                          rows_per_epoch=1690)
+    for epoch in range(1, epochs_done + 1):
+        for rank in (0, 1):
+            pool.observe(RankWait(rank=rank, wait_s=0.0, step_s=5.0, steps=10, t=T0,
+                                  epoch_done=epoch))
+    pool.observe(DecodeBusy(actor="a", busy_s=1.0, t=T0 + 1, rows=1300))  # 390 rows left
+    window = pool.window(T0 + 2)
+    assert window.rate == 1300.0
+    assert pool.finish_s(window) == (pytest.approx(390 / 1300) if priced else None)
