@@ -15,9 +15,11 @@ actors' busy time:
   on how many tasks run, so they may be judged while new tasks still start. Before that, the
   wait alone sizes it: decoding is the bottleneck, the trainers get ``(1 - wait)`` of what
   they could eat, so the pool needs ``1 / (1 - wait)`` times the tasks it has (at most 4x per
-  decision). Ray Data grows a running pool within seconds (an "actor" here is one decode task
-  at a time: the processes decoding). Growth is priced: when the tasks running would finish
-  the last epoch that decodes sooner than a new process starts, the pool is kept.
+  decision); so too once the pool has settled and the trainers still wait where the rates say
+  it keeps up (rates that missed something: tasks sharing CPUs, ranks waiting for each other).
+  Ray Data grows a running pool within seconds (an "actor" here is one decode task at a time:
+  the processes decoding). Growth is priced: when the tasks running would finish the last
+  epoch that decodes sooner than a new process starts, the pool is kept.
 - **shrink**, judged when an epoch ends, on its totals: when no rank waited more than
   ``SHRINK_WAIT``, the epoch's decode work (actor-seconds) spread over its training time needs
   ``work / (train time x TARGET_BUSY)`` actors. A whole epoch, because a pool that decodes
@@ -93,7 +95,8 @@ def decide(window: Window, *, size: int, low: int, high: int, since_change_s: fl
         return Decision(size, "hold", f"{since_change_s:.0f} s since the last change "
                                       f"(cooldown {cooldown_s:g} s)")
     need = window.need()
-    if need is None and settled_s < SETTLE_S and since_change_s < SETTLE_TIMEOUT_S:
+    starting = settled_s < SETTLE_S and since_change_s < SETTLE_TIMEOUT_S
+    if need is None and starting:
         return Decision(size, "hold", f"{window.actors} actor(s) decoding, not yet the whole "
                                       f"pool for {SETTLE_S:g} s: the last change is starting")
     wait, busy = window.wait, window.busy
@@ -110,15 +113,17 @@ def decide(window: Window, *, size: int, low: int, high: int, since_change_s: fl
                                       f"decoding finish the last decoding epoch in "
                                       f"{finish_s:.1f} s, before a new one starts "
                                       f"(~{startup_s:.1f} s)")
-    if need is not None:
-        rates = (f"the trainers eat {window.demand:.0f} rows/s when fed, a decode task "
-                 f"delivers {window.rate:.0f} rows/s")
-        if need <= size:
-            return Decision(size, "hold", f"trainers wait {wait:.0%}, but {rates}: {size} "
-                                          f"task(s) keep up once they all run")
+    rates = (f"the trainers eat {window.demand:.0f} rows/s when fed, a decode task delivers "
+             f"{window.rate:.0f} rows/s")
+    if need is not None and need > size:
         return Decision(min(high, need), "grow", f"trainers wait {wait:.0%}: {rates}, so "
                                                  f"{need} at ~{TARGET_BUSY:.0%} busy")
-    # the actors that ran are what delivered (1 - wait): size the pool from them
+    if need is not None and starting:
+        return Decision(size, "hold", f"trainers wait {wait:.0%}, but {rates}: {size} "
+                                      f"task(s) keep up once they all run")
+    # No rates, or rates that say the pool keeps up while the whole settled pool leaves the
+    # trainers waiting (the tasks share CPUs, the ranks wait for each other): the tasks that
+    # ran are what delivered (1 - wait), size the pool from them
     base = max(1, min(size, window.actors or size))
     need = math.ceil(base / max(1.0 - wait, 1.0 / MAX_GROWTH) - 1e-9)
     return Decision(min(high, max(size + 1, need)), "grow",

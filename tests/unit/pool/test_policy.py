@@ -123,6 +123,15 @@ def test_rates_that_the_pool_already_covers_hold_while_its_new_tasks_start():
     assert "starting" in decide(blind, size=7, low=1, high=8, **starting).reason
 
 
+def test_a_settled_pool_the_rates_call_enough_grows_by_the_wait_if_the_trainers_still_wait():
+    # seven tasks decoded for a whole window and the trainers still wait 30%: the rates missed
+    # something (the tasks share CPUs, the ranks wait for each other); the wait sizes the pool
+    still = Window(wait=0.30, busy=0.95, actors=7, steps=40, rate=39.0, demand=194.0)
+    d = decide(still, size=7, low=1, high=12, **SETTLED)
+    assert (d.action, d.size) == ("grow", 10)  # 7 / 0.7
+    assert "7 actor(s) deliver 70% of the demand" in d.reason
+
+
 @pytest.mark.parametrize("finish_s, action", [(1.5, "hold"), (30.0, "grow"), (None, "grow")])
 def test_growth_is_priced_against_what_the_last_decoding_epoch_has_left(finish_s, action):
     # the running task finishes the last decoding epoch in finish_s; a new one starts in 12 s
