@@ -30,6 +30,7 @@ from typing import Any
 from pipeline import jsonio
 from pipeline.cluster.planner import pool_cpus
 from pipeline.data.config import DataConfig
+from pipeline.data.udf.reader import PULSE_S
 from pipeline.messages import DecodeBusy, RankWait
 from pipeline.pool.policy import (
     CLOSED,
@@ -158,7 +159,9 @@ class PoolController:
         # at a time can report from three processes in a window. The pool is the tasks that run
         # at once, so it is at most what the limit holds (data.concurrency's max, left alone).
         actors = min(len(busy), self.size if self.act else self.high)
-        span, decoded = now - start, sum(busy.values())
+        # a pulse holds up to PULSE_S of decoding before it was sent: a window cut short by a
+        # change is at least that long, or a pulse just after the cut reads as many tasks
+        span, decoded = max(now - start, PULSE_S), sum(busy.values())
         share = decoded / (actors * span) if actors and span > 0 else 0.0
         # In step with the others, a rank's compute holds its wait for the slowest's batch: the
         # fastest rank's is nearest the step the trainers take when every rank is fed.

@@ -2,16 +2,19 @@
 
 import json
 import random
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from pipeline.config import load_config
 from pipeline.pool.controller import WINDOW_S
 from pipeline.pool.policy import GROW_WAIT
 
 ROOT = Path(__file__).resolve().parents[2]
+COOLDOWN_S = load_config({}).data.autoscale_cooldown_s  # multinode_run.py keeps the default
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +55,18 @@ def test_the_decode_pool_follows_the_trainers_wait(multinode):
     grow = decisions[0]
     assert (grow["action"], grow["size_before"]) == ("grow", 1) and grow["size_after"] >= 3
     assert grow["wait_before"] > 0.5, grow
-    # ... until the trainers stop waiting (below the threshold it grows at): a whole epoch
-    # after its last growth, before the model got heavier
+    # ... until the trainers stop waiting (below the threshold it grows at), judged as the
+    # controller judges: its windows, from a cooldown after its last growth (the new processes
+    # started) until the model got heavier, a whole epoch later. Not an epoch's total: a
+    # streamed epoch of 5 s begins with its first blocks decoding, and that wait alone made
+    # 10% of one on a slow CI day (and 4.8% on a faster hour) at a pool that fed every window.
     heavier = multinode["heavier_at"]
     assert heavier is not None
     last_grow = max(d["t"] for d in decisions if d["action"] == "grow" and d["t"] < heavier)
-    fed = [e for e in pool["epochs"] if last_grow < e["start"] and e["end"] < heavier]
-    assert fed and all(e["wait"] < GROW_WAIT for e in fed), pool["epochs"]
+    assert [e for e in pool["epochs"] if last_grow < e["start"] and e["end"] < heavier]
+    fed = [s["wait"] for s in samples
+           if last_grow + COOLDOWN_S < s["t"] < heavier and s["steps"]]
+    assert fed and statistics.median(fed) < GROW_WAIT, (fed, pool["epochs"])
     # heavier steps: the trainers never wait, the actors idle, the pool shrinks back
     shrinks = [d for d in decisions if d["action"] == "shrink" and d["t"] > heavier]
     assert shrinks, decisions

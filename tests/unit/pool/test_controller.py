@@ -205,3 +205,12 @@ def test_growth_is_priced_only_where_no_later_epoch_decodes(tmp_path, T0, cache,
     window = pool.window(T0 + 2)
     assert window.rate == 1300.0
     assert pool.finish_s(window) == (pytest.approx(390 / 1300) if priced else None)
+
+
+def test_a_window_cut_short_by_a_change_does_not_read_one_task_as_many(pool):
+    """Measured in the multi-node run: a tick 0.07 s after the cut the controller makes at a
+    change read one task's pulse (1.2 s of decoding) as 17 tasks at once."""
+    cut = pool._changed + pool.config.autoscale_cooldown_s / 2  # before it, the old pool
+    pool.observe(DecodeBusy(actor="a", busy_s=1.2, t=cut + 0.05, rows=64))
+    w = pool.window(cut + 0.07)
+    assert w.actors == 1 and w.decoding == pytest.approx(1.2)  # over at least one pulse's span
