@@ -107,14 +107,14 @@ def run_once(variant: str, config: str, sets: list[str], out: Path,
     wall = time.perf_counter() - start
     time.sleep(SETTLE_S)  # the local Ray's watchdog stops it after the CLI exits: its CPU counts
     cpu = machine_cpu_s() - cpu_before
+    processes = {"by_process": sampler.stop()} if sampler else {}
     if done.returncode != 0:
         return {"variant": variant, "ok": False, "wall_s": wall, "error": done.stderr[-2000:]}
-    run = measured(variant, json.loads((out / "summary.json").read_text()), wall, cpu)
-    return run | ({"by_process": sampler.stop()} if sampler else {})
+    return measured(variant, json.loads((out / "summary.json").read_text()), wall, cpu) | processes
 
 
 class ProcessCPU:
-    """Every process that starts after this one: its CPU seconds (``/proc/PID/stat``, sampled
+    """Every process started after this sampler: its CPU seconds (``/proc/PID/stat``, sampled
     every :data:`EVERY_S`: the last sample before it exits), summed by title. Ray titles a
     worker ``ray::IDLE`` until it hosts an actor (``ray::Class``) or runs a task
     (``ray::name``); the first other title a process shows is its own. A process that lives
