@@ -66,3 +66,30 @@ def test_startup_reads_the_first_step_and_the_last_step_from_a_runs_breakdown():
     assert run["last_step_to_exit_s"] == pytest.approx(27.0 - 24.51)
     assert run["phases"]["first batch"] == pytest.approx(3.6)
     assert run["phases"]["training"] == pytest.approx(6.11)  # epochs' rows after start-up
+
+
+def test_startup_names_each_process_by_the_title_ray_gives_it():
+    """--by-process: command lines as /proc shows them during a local run of Ray 2.60."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import startup
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    site = "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/ray"
+    seen = {
+        f"{site}/core/src/ray/gcs/gcs_server --log_dir=/tmp/ray/session_x/logs": "ray: gcs_server",
+        f"{site}/core/src/ray/raylet/raylet --raylet_socket_name=/tmp/ray/s/sockets/raylet":
+            "ray: raylet",
+        f"/usr/bin/python {site}/dashboard/dashboard.py --host=127.0.0.1 --port=8265":
+            "ray: dashboard",
+        f"/usr/bin/python {site}/_private/workers/default_worker.py --node-ip-address=10.0.0.1 "
+        "--raylet-name=/tmp/ray/s/sockets/raylet": "ray::IDLE",  # before Ray titles it
+        "ray::RayTrainWorker.__init__": "ray::RayTrainWorker",
+        "ray::MapBatches(decode)": "ray::MapBatches(decode)",
+    }
+    for line, title in seen.items():
+        assert startup.title_of(line.split(" ")) == title, line
+    runs = [{"by_process": {"ray::RayTrainWorker": [15.9, 2], "ray: raylet": [1.7, 1]}},
+            {"by_process": {"ray::RayTrainWorker": [16.1, 2], "ray: raylet": [1.5, 1]}}]
+    table = "\n".join(startup.by_process({"baseline": runs}, ["baseline"]))
+    assert "| ray::RayTrainWorker | 16.0 (x2) |" in table and "| **all** | **17.6** |" in table
