@@ -8,18 +8,19 @@ the trainers wait instead, as Cachew and Meta's DPP do. The driver's controller
 actors' busy time:
 
 - **grow**, judged every few seconds on a short window, while the slowest rank waits more than
-  ``GROW_WAIT`` of its step time and the actors are busy. As soon as the window has both rates
-  (a decode task's rows per second of decoding, from the first blocks; the rows per second the
-  trainers eat when fed, from their steps' compute alone, from the first steps) the pool is
-  sized from them at once: ``demand / (rate x TARGET_BUSY)`` tasks. The rates do not depend
-  on how many tasks run, so they may be judged while new tasks still start. Before that, the
-  wait alone sizes it: decoding is the bottleneck, the trainers get ``(1 - wait)`` of what
-  they could eat, so the pool needs ``1 / (1 - wait)`` times the tasks it has (at most 4x per
-  decision); so too once the pool has settled and the trainers still wait where the rates say
-  it keeps up (rates that missed something: tasks sharing CPUs, ranks waiting for each other).
-  Ray Data grows a running pool within seconds (an "actor" here is one decode task at a time:
-  the processes decoding). Growth is priced: when the tasks running would finish the last
-  epoch that decodes sooner than a new process starts, the pool is kept.
+  ``GROW_WAIT`` of its step time and the actors are busy. As soon as the window has both rates (a
+  decode task's rows per second of decoding, from the first blocks; the rows per second the trainers
+  eat when fed, from their steps' compute alone, from the first steps) the pool is sized from them
+  at once: ``demand / (rate x busy x TARGET_BUSY)`` tasks (a task at once decodes only its busy
+  share of the time: Ray Data schedules and hands off in between). The rates do not depend on how
+  many tasks run, so they may be judged while new tasks start. Before that, the wait alone sizes it:
+  decoding is the bottleneck, the trainers get ``(1 - wait)`` of what they could eat, so the pool
+  needs ``1 / (1 - wait)`` times the tasks it has (at most 4x per decision); so too once the pool
+  has settled and the trainers still wait where the rates say it keeps up (rates that missed
+  something: tasks sharing CPUs, ranks waiting for each other). Ray Data grows a running pool within
+  seconds (an "actor" here is one decode task at a time: the processes decoding). Growth is priced:
+  when the tasks running would finish the last epoch that decodes sooner than a new process starts,
+  the pool is kept.
 - **shrink**, judged when an epoch ends, on its totals: when no rank waited more than
   ``SHRINK_WAIT``, the epoch's decode work (actor-seconds) spread over its training time needs
   ``work / (train time x TARGET_BUSY)`` actors. A whole epoch, because a pool that decodes
@@ -67,10 +68,13 @@ class Window:
 
     def need(self) -> int | None:
         """The tasks at once that feed the trainers at ``TARGET_BUSY``, from the rates (None:
-        not both measured)."""
+        not both measured). A task at once delivers its decode rate only while it decodes: its
+        busy share of the window (Ray Data's scheduling and hand-off between tasks are the
+        rest; the pool grows only when it is at least ``BUSY_TO_GROW``)."""
         if self.rate <= 0 or self.demand <= 0:
             return None
-        return math.ceil(self.demand / (self.rate * TARGET_BUSY) - 1e-9)
+        slot = self.rate * min(1.0, max(self.busy, BUSY_TO_GROW))
+        return math.ceil(self.demand / (slot * TARGET_BUSY) - 1e-9)
 
 
 @dataclass(frozen=True)

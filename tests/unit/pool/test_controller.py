@@ -174,16 +174,16 @@ def test_a_short_decoding_epoch_is_sized_from_its_first_rates(tmp_path, T0, monk
         pool.tick(p.t)
     first_steps = next(t for t, w in ticks if w.steps)
     [grow] = pool.decisions  # one change: no second grow after the cooldown
-    assert (grow["action"], grow["size_before"], grow["size_after"]) == ("grow", 1, 7)
+    assert (grow["action"], grow["size_before"], grow["size_after"]) == ("grow", 1, 8)
     assert grow["t"] == first_steps  # the first window with steps: no settling on a rate
-    assert "a decode task delivers 39 rows/s, so 7 at ~75% busy" in grow["reason"]
-    assert limits == [0.5, 3.5]  # one task's CPUs, then seven's
+    assert "a decode task delivers 39 rows/s, so 8 at ~75% busy" in grow["reason"]
+    assert limits == [0.5, 4.0]  # one task's CPUs, then eight's
     new = next(p for p in SHORT if isinstance(p, DecodeBusy) and p.actor != SHORT[0].actor)
     assert pool.startup_s == pytest.approx(new.t - SHORT[0].t + T0 - grow["t"])
     assert pool.startup_s > 10  # measured: six processes started at once on 2 cores
-    samples = [s for s in pool.samples if s["t"] > grow["t"] + 14]  # all seven decoded
+    samples = [s for s in pool.samples if s["t"] > grow["t"] + 14]  # the new ones decoded
     assert samples and all(s["wait"] < 0.1 for s in samples)  # and fed the trainers
-    assert judged == [1] and pool.epochs[0]["size"] == 7  # the epoch's end keeps them
+    assert judged == [1] and pool.epochs[0]["size"] == 8  # the epoch's end keeps them
 
 
 @pytest.mark.parametrize("cache, epochs_done, priced", [

@@ -106,30 +106,31 @@ MEASURED = Window(wait=0.81, busy=0.93, actors=1, steps=4, rate=39.0, demand=194
 
 def test_measured_rates_size_the_pool_at_once():
     d = decide(MEASURED, size=1, low=1, high=8, **COOLED, settled_s=0.0)
-    # 194 / (39 x 0.75) = 6.6: seven tasks, not the four the wait alone allows (1 / 0.19, 4x)
-    assert (d.action, d.size) == ("grow", 7)
+    # a task at once delivers 39 rows/s x its 93% busy; 194 / (36.3 x 0.75) = 7.1: eight
+    # tasks, not the four the wait alone allows (1 / 0.19, at most 4x)
+    assert (d.action, d.size) == ("grow", 8)
     assert "eat 194 rows/s" in d.reason and "delivers 39 rows/s" in d.reason
     assert decide(MEASURED, size=1, low=1, high=5, **COOLED, settled_s=0.0).size == 5
 
 
 def test_rates_that_the_pool_already_covers_hold_while_its_new_tasks_start():
-    # just after 1 → 7 the trainers still wait for the tasks being started: the rates, which
-    # do not depend on the pool, say seven are enough
+    # just after 1 → 8 the trainers still wait for the tasks being started: the rates, which
+    # do not depend on the pool, say eight are enough
     starting = {"since_change_s": 12.0, "cooldown_s": 10.0, "settled_s": 0.0}
-    d = decide(MEASURED, size=7, low=1, high=8, **starting)
-    assert (d.action, d.size) == ("hold", 7) and "keep up once they all run" in d.reason
+    d = decide(MEASURED, size=8, low=1, high=12, **starting)
+    assert (d.action, d.size) == ("hold", 8) and "keep up once they all run" in d.reason
     # without rates the same window is one of a pool still starting
     blind = Window(wait=0.81, busy=0.93, actors=1, steps=4)
-    assert "starting" in decide(blind, size=7, low=1, high=8, **starting).reason
+    assert "starting" in decide(blind, size=8, low=1, high=12, **starting).reason
 
 
 def test_a_settled_pool_the_rates_call_enough_grows_by_the_wait_if_the_trainers_still_wait():
     # seven tasks decoded for a whole window and the trainers still wait 30%: the rates missed
     # something (the tasks share CPUs, the ranks wait for each other); the wait sizes the pool
-    still = Window(wait=0.30, busy=0.95, actors=7, steps=40, rate=39.0, demand=194.0)
-    d = decide(still, size=7, low=1, high=12, **SETTLED)
-    assert (d.action, d.size) == ("grow", 10)  # 7 / 0.7
-    assert "7 actor(s) deliver 70% of the demand" in d.reason
+    still = Window(wait=0.30, busy=0.95, actors=8, steps=40, rate=39.0, demand=194.0)
+    d = decide(still, size=8, low=1, high=16, **SETTLED)
+    assert (d.action, d.size) == ("grow", 12)  # 8 / 0.7
+    assert "8 actor(s) deliver 70% of the demand" in d.reason
 
 
 @pytest.mark.parametrize("finish_s, action", [(1.5, "hold"), (30.0, "grow"), (None, "grow")])
