@@ -162,12 +162,12 @@ class PoolController:
         # a pulse holds up to PULSE_S of decoding before it was sent: a window cut short by a
         # change is at least that long, or a pulse just after the cut reads as many tasks
         span, decoded = max(now - start, PULSE_S), sum(busy.values())
-        share = decoded / (actors * span) if actors and span > 0 else 0.0
+        share = decoded / (actors * span) if actors else 0.0
         # In step with the others, a rank's compute holds its wait for the slowest's batch: the
         # fastest rank's is nearest the step the trainers take when every rank is fed.
         per_sample = min((c / n for n, c in eaten.values() if c > 0), default=0.0)
         return Window(wait=wait, busy=min(1.0, share), actors=actors, steps=steps,
-                      decoding=decoded / span if span > 0 else 0.0,
+                      decoding=decoded / span,
                       rate=decoded_rows / decoded_s if decoded_s > 0 else 0.0,
                       demand=self.world_size / per_sample if per_sample > 0 else 0.0)
 
