@@ -16,6 +16,10 @@ torch_in_driver        as before 2026-12-06's change: the driver imports torch (
 torch_in_controller    as before 2026-12-06's change: Ray's ``TorchConfig`` and the worker spec
                        itself in ``train_loop_config``, so Ray Train's controller imports torch
                        (``pipeline.job.torch_backend``) before it starts a worker
+controller_env         as before 2026-12-07's change: Ray Train gives its controller the driver's
+                       settings as a runtime env, so it never takes a worker Ray prestarted
+job_env                the job has a runtime env (as ``run.allocator=jemalloc`` gives it): the
+                       actors inherit it, and none takes a worker Ray prestarted (Ray #47212)
 train_helpers          Ray Train's own helper actors back: its ``PlacementGroupCleaner``
                        (``pipeline.job.abortable``) and ``PreemptionWatcher``
                        (``pipeline.cluster.session.local_ray_env``)
@@ -72,6 +76,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "      timeout_s=backend_config.timeout_s), train_loop_config=train_loop_config\n"
         "      | {'unpickled': spec}, **k)\n"
         "a.AbortableTrainer.__init__ = init\n")},
+    # as before 2026-12-07's change: Ray Train gives its controller a runtime env
+    "controller_env": {"patch": (
+        "import pipeline.job.abortable as a\n"
+        "from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer as D\n"
+        "a.AbortableTrainer._initialize_and_run_controller = D._initialize_and_run_controller\n")},
+    # the job has a runtime env (as run.allocator=jemalloc gives it): every actor inherits it,
+    # so none takes a worker Ray prestarted (those have none, Ray #47212)
+    "job_env": {"patch": (
+        "import pipeline.cluster.session as s\n"
+        "s.allocator_env = lambda a: {'env_vars': {'FEEDLINE_STARTUP_VARIANT': 'job_env'}}\n")},
     # Ray Train's own helper actors back: its PlacementGroupCleaner and PreemptionWatcher
     "train_helpers": {"env": {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1"}, "patch": (
         "import pipeline.job.abortable as a\n"
@@ -322,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                                Path(tmp) / f"r{round_}-{variant}", args.by_process)
                 runs.append(run | {"round": round_})
                 print(f"round {round_ + 1} {variant}: {run['wall_s']:.1f} s"
-                      + ("" if run["ok"] else f" FAILED: {run['error'][-300:]}"), flush=True)
+                      + (f" (first step {run['first_step_s']:.1f} s, last step to exit "
+                         f"{run['last_step_to_exit_s']:.1f} s)" if run["ok"]
+                         else f" FAILED: {run['error'][-300:]}"), flush=True)
     return report(args, runs, argv)
 
 

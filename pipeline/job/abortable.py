@@ -12,18 +12,32 @@ worker group's placement group should the controller die without doing so: a pro
 (:class:`~pipeline.job.inbox.RunInbox`) each placement group it makes, and the driver removes
 what is left of them when ``fit()`` ends (:meth:`AbortableTrainer.release`). When the driver
 dies as well, its job ends, and Ray removes the job's placement groups with it.
+
+Ray Train gives its controller the driver's ``RAY_TRAIN_*`` settings as a runtime env, and an
+actor with a runtime env never takes one of the workers Ray starts ahead of need, which have
+none (Ray #47212): the controller, and the Ray Data helpers it starts, which inherit its runtime
+env, each waited for a new process. Here the controller sets them in its own process instead
+(:class:`TrainController`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from typing import Any
 
 import ray
+from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
 from ray.train.v2._internal.callbacks.placement_group_callback import (
     PlacementGroupCleanerCallback,
 )
+from ray.train.v2._internal.constants import (
+    DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+    get_env_vars_to_propagate,
+)
 from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+from ray.train.v2._internal.execution.controller import TrainController as RayTrainController
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 from ray.util.placement_group import placement_group_table, remove_placement_group
 
@@ -59,6 +73,20 @@ class AbortableTrainer(DataParallelTrainer):
         except Exception as exc:  # noqa: BLE001 - never hides the run's own outcome
             logger.warning("could not check the run's placement groups: %s", exc)
 
+    def _initialize_and_run_controller(self, **init: Any) -> Any:  # Ray Train's hook (2.60)
+        """Ray Train's own, but the controller gets its environment as an argument, not as a
+        runtime env."""
+        env_vars = get_env_vars_to_propagate()
+        env_vars.setdefault(RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
+                            DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE)
+        here = {ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()}
+        controller = ray.remote(num_cpus=0, label_selector=here)(TrainController).remote(
+            env_vars, **init)
+        if threading.current_thread() is threading.main_thread():
+            self._register_sigint_handler(controller)
+        ray.get(controller.run.remote())
+        return ray.get(controller.get_result.remote())
+
     def _register_sigint_handler(self, controller: Any) -> None:  # Ray Train's hook (2.60)
         self._controller = controller
 
@@ -86,3 +114,13 @@ class _PlacementGroupsToInbox(WorkerGroupCallback):
     def after_worker_group_start(self, worker_group: Any) -> None:
         group = worker_group.get_worker_group_state().placement_group_handle.placement_group
         ray.get(self.inbox.add_placement_group.remote(group), timeout=30)
+
+
+class TrainController(RayTrainController):
+    """Ray Train's controller, with the environment variables Ray Train would give it as a
+    runtime env set in its own process, before Ray Train reads them: the workers it starts get
+    them from there, as before."""
+
+    def __init__(self, env_vars: dict[str, str], **init: Any) -> None:
+        os.environ.update(env_vars)
+        super().__init__(**init)
