@@ -15,9 +15,10 @@ dies as well, its job ends, and Ray removes the job's placement groups with it.
 
 Ray Train gives its controller the driver's ``RAY_TRAIN_*`` settings as a runtime env, and an
 actor with a runtime env never takes one of the workers Ray starts ahead of need, which have
-none (Ray #47212): the controller, and the Ray Data helpers it starts, which inherit its runtime
-env, each waited for a new process. Here the controller sets them in its own process instead
-(:class:`TrainController`).
+none (Ray #47212), and its process starts through ``setup_worker.py``, one more Python start and
+import of Ray. The controller's runtime env was inherited by the helpers it starts (Ray Train's
+and Ray Data's), and its workers got one too. Here the controller and the workers set those
+variables in their own processes instead (:class:`TrainController`, :class:`WorkerGroup`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from ray.train.v2._internal.constants import (
 )
 from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 from ray.train.v2._internal.execution.controller import TrainController as RayTrainController
+from ray.train.v2._internal.execution.worker_group import WorkerGroup as RayWorkerGroup
+from ray.train.v2._internal.execution.worker_group.worker import RayTrainWorker as RayWorker
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 from ray.util.placement_group import placement_group_table, remove_placement_group
 
@@ -116,10 +119,36 @@ class _PlacementGroupsToInbox(WorkerGroupCallback):
         ray.get(self.inbox.add_placement_group.remote(group), timeout=30)
 
 
+class RayTrainWorker(RayWorker):
+    """Ray Train's worker, with the environment variables its worker group gives it (Ray
+    Train's settings, Feedline's NCCL/gloo advice) set in its own process before anything reads
+    them (:meth:`WorkerGroup.with_env`)."""
+
+    env_vars: dict[str, str] = {}
+
+    def __init__(self) -> None:
+        os.environ.update(self.env_vars)
+        super().__init__()
+
+
+class WorkerGroup(RayWorkerGroup):
+    """Ray Train's worker group, whose workers get their environment variables in their own
+    process rather than as a runtime env."""
+
+    def _get_worker_runtime_env(self, custom_runtime_env: dict) -> dict:  # Ray Train's (2.60)
+        runtime_env = dict(RayWorkerGroup._get_worker_runtime_env(custom_runtime_env))
+        env_vars = runtime_env.pop("env_vars", {})
+        # the class Ray Train starts right after asking for the runtime env
+        self._worker_cls = type("RayTrainWorker", (RayTrainWorker,), {"env_vars": env_vars})
+        return runtime_env
+
+
 class TrainController(RayTrainController):
     """Ray Train's controller, with the environment variables Ray Train would give it as a
-    runtime env set in its own process, before Ray Train reads them: the workers it starts get
-    them from there, as before."""
+    runtime env set in its own process, before Ray Train reads them; its workers get theirs
+    the same way (:class:`WorkerGroup`)."""
+
+    worker_group_cls = WorkerGroup
 
     def __init__(self, env_vars: dict[str, str], **init: Any) -> None:
         os.environ.update(env_vars)

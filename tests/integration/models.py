@@ -105,13 +105,18 @@ def dies_once_cnn(*, input_shape, num_classes):
     return DiesOnce(small_cnn(input_shape=input_shape, num_classes=num_classes))
 
 
+WORKER_ENV = Path(tempfile.gettempdir()) / "feedline-test-worker-env.json"
+
+
 class KillsController(AtStep):
     """SIGKILLs Ray Train's controller process (as the OOM killer would) at rank 0's second
-    training step: the controller dies without removing its worker group's placement group."""
+    training step: the controller dies without removing its worker group's placement group.
+    Before, it writes the worker's environment to ``WORKER_ENV``."""
 
     def at(self, rank, step):
         if rank != 0 or step != 2:
             return
+        WORKER_ENV.write_text(json.dumps(dict(os.environ)))
         for proc in Path("/proc").iterdir():
             try:
                 title = (proc / "cmdline").read_bytes()

@@ -8,7 +8,11 @@ import pytest
 import torch
 
 import pipeline
+from pipeline.config import load_config
 from pipeline.data.synthetic import corrupt_files
+from pipeline.job.network import nccl_advice
+from pipeline.job.runner import _POLL_ENV, CONTROLLER_POLL_S
+from tests.integration.models import WORKER_ENV
 from tests.integration.test_run import QUICKSTART
 
 
@@ -89,11 +93,18 @@ def test_a_controller_killed_mid_run_leaves_no_placement_group_behind(ray_cluste
                 if info["state"] != "REMOVED"}
 
     before, actors_before = live_groups(), set(ray._private.state.actors())
+    WORKER_ENV.unlink(missing_ok=True)
     with pytest.raises(Exception, match="(?i)actor|died|controller"):
         pipeline.run(QUICKSTART, show_progress=False, sets=[
             "train.model=tests.integration.models:kills_controller_cnn", "train.epochs=1",
             f"run.output={tmp_path / 'out'}"])
     assert live_groups() == before
+    # The Train workers got Ray Train's settings through the controller, and Feedline's
+    # network advice, in their own process instead of a runtime env (pipeline.job.abortable)
+    worker_env = json.loads(WORKER_ENV.read_text())
+    advised = nccl_advice(load_config(QUICKSTART))["env"]
+    assert advised and advised.items() <= worker_env.items(), (advised, worker_env)
+    assert worker_env[_POLL_ENV] == str(CONTROLLER_POLL_S)
     summary = json.loads((tmp_path / "out/summary.json").read_text())
     assert summary["status"] == "failed"
     # neither of Ray Train's helper actors ran for this run (local_ray_env); other tests' own
