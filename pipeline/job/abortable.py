@@ -122,7 +122,7 @@ class _PlacementGroupsToInbox(WorkerGroupCallback):
 class RayTrainWorker(RayWorker):
     """Ray Train's worker, with the environment variables its worker group gives it (Ray
     Train's settings, Feedline's NCCL/gloo advice) set in its own process before anything reads
-    them (:meth:`WorkerGroup.with_env`)."""
+    them (:class:`WorkerGroup` sets them on a subclass of it for each group)."""
 
     env_vars: dict[str, str] = {}
 
