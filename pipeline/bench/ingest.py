@@ -55,7 +55,6 @@ CONTENDERS: dict[str, Contender] = {
 }
 USES_RAY = ("feedline", "feedline_cache", "ray_data_tuned", "ray_data_defaults")
 WARMUP_EPOCHS = 2  # the second epoch's bytes are checked too: a cache must replay the same
-SETTLE_S = 1.0  # between runs: the last contender's actors and workers finish exiting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +77,8 @@ class IngestBenchConfig:
     timeout_s: float = option(300.0, "a contender that delivers no batch this long fails", gt=0)
     probe_interval_s: float = option(0.5, "CPU and memory sampling period (each sample costs "
                                           "the driver a few ms of CPU)", gt=0)
+    settle_s: float = option(1.0, "seconds between runs, for the last contender's actors and "
+                                  "workers to finish exiting", ge=0)
 
     def check(self) -> list[str]:
         errors = []
@@ -238,7 +239,7 @@ def run_ingest_bench(config: IngestBenchConfig,
                     name, replace(work, verify=True), WARMUP_EPOCHS, idle_pss_mb=idle["pss_mb"],
                     interval_s=config.probe_interval_s, verify=True)
                 warmup.append({**record, "rep": -1})
-                time.sleep(SETTLE_S)
+                time.sleep(config.settle_s)
             verify_outputs(outputs, set(work.ids.tolist()))
             for rep in range(config.reps):
                 for slot, name in enumerate(rotated(names, rep)):
@@ -249,7 +250,7 @@ def run_ingest_bench(config: IngestBenchConfig,
                         say(f"rep {rep + 1}/{config.reps} {name:18s} {epochs} epoch(s): "
                             f"{record['e2e_sps']:,.0f} samples/s end to end, "
                             f"{record['cores_used']:.2f} cores, +{record['added_mb']:,.0f} MiB")
-                        time.sleep(SETTLE_S)
+                        time.sleep(config.settle_s)
             cluster_cpus = ray.cluster_resources().get("CPU")
             started_ray = session.mode == "local"
     finally:

@@ -24,10 +24,15 @@ from tests.integration.transforms import NODE_LOG  # noqa: E402
 
 PRE = {"feedline.io/role": "preprocess"}
 TRAIN = {"feedline.io/role": "train"}
+# the GCS declares a node dead after this many missed health checks: ~3 s instead of Ray's
+# default (3 s checks, 10 s timeout, 5 misses: the first batch waited 30 s for it)
+HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000,
+                 "health_check_failure_threshold": 3}
 
 
 def main(output: str, delay_s: float) -> None:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "_system_config": HEALTH_CHECKS})
     try:
         pre = [cluster.add_node(num_cpus=1, labels=PRE) for _ in range(2)]
         cluster.add_node(num_cpus=2, labels=TRAIN)
