@@ -55,15 +55,12 @@ def test_the_decode_pool_follows_the_trainers_wait(multinode):
     assert (grow["action"], grow["size_before"]) == ("grow", 1) and grow["size_after"] >= 3
     assert grow["wait_before"] > 0.5, grow
     # ... until the trainers stop waiting (below the threshold it grows at), judged as the
-    # controller judges: its windows after its last growth, up to when the model got heavier,
-    # a whole epoch later. Not an epoch's total: a streamed epoch of 5 s begins with its first
-    # blocks decoding, and that wait alone made 10% of one on a slow CI day (and 4.8% on a
-    # faster hour) at a pool that fed every window. The pool as it ended up, in the last two
-    # windows: on a loaded machine the new processes' start outlasts the cooldown and the
-    # windows fall as they come up (two CI runs at the same pool after its growth: 41%, 27%,
-    # 25%, 6%, 3%; and 48%, 28%, 39%, 13%, 7%). A pool that never feeds stays at its starved
-    # wait in every window. Windows in which nothing decodes (an epoch's decoding done, its
-    # last batches in flight) judge no pool: the controller holds on them too.
+    # controller judges: its windows after its last growth in which something decodes, up to
+    # when the model got heavier, a whole epoch later. Not an epoch's total: a streamed epoch's
+    # first blocks alone made 10% of one on a slow CI day at a pool that fed every window. Its
+    # last two windows: under load the new processes come up after the cooldown and the wait
+    # falls as they do (two CI runs: 41%, 27%, 25%, 6%, 3%; 48%, 28%, 39%, 13%, 7%). A pool
+    # that never feeds stays at its starved wait in every window.
     heavier = multinode["heavier_at"]
     assert heavier is not None
     last_grow = max(d["t"] for d in decisions if d["action"] == "grow" and d["t"] < heavier)
