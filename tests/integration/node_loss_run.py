@@ -24,9 +24,9 @@ from tests.integration.transforms import NODE_LOG  # noqa: E402
 
 PRE = {"feedline.io/role": "preprocess"}
 TRAIN = {"feedline.io/role": "train"}
-# the GCS declares the removed node dead within ~3 s, not Ray's default ~30 s (3 s checks, 10 s
-# timeout, 5 misses): what the test judges does not depend on it, and the job's first batch came
-# after 30 s with the default against 14 s with these
+# the GCS declares the removed node dead after 3 missed 1 s checks, not Ray's default 5 missed
+# 3 s checks (10 s timeout each): what the test judges does not depend on it, and the job's first
+# batch came after 14 s with these against 30 s with the defaults
 HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000,
                  "health_check_failure_threshold": 3}
 
